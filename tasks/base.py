@@ -83,10 +83,16 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
         if not isinstance(data, list):
             raise ValueError(f"task.path: {path} must hold a JSON list of records")
         return data
-    return list(_iter_jsonl(path))
+    return [record for _, record in iter_jsonl(path)]
 
 
-def _iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+def iter_jsonl(path: str | Path, field: str = "task.path") -> Iterator[tuple[int, dict[str, Any]]]:
+    """Stream ``(line number, record)`` from a JSONL file, skipping blank and ``//`` comment lines.
+
+    Raises ``ValueError`` prefixed by ``field`` (the config key that named the file) and naming the line
+    when a line is not a JSON object.
+    """
+    path = Path(path)
     with path.open(encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, 1):
             if not line.strip() or line.lstrip().startswith("//"):
@@ -94,10 +100,10 @@ def _iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise ValueError(f"task.path: malformed JSON in {path} line {lineno}: {exc.msg}") from exc
+                raise ValueError(f"{field}: malformed JSON in {path} line {lineno}: {exc.msg}") from exc
             if not isinstance(record, dict):
-                raise ValueError(f"task.path: {path} line {lineno} is not a JSON object")
-            yield record
+                raise ValueError(f"{field}: {path} line {lineno} is not a JSON object")
+            yield lineno, record
 
 
 def require_fields(record: dict[str, Any], fields: tuple[str, ...], where: str) -> None:

@@ -7,12 +7,11 @@ Input: JSONL lines ``{"item_id": ..., "sample_idx": 0, "completion": "..."}`` (`
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
 from evals.backends.base import Request, Sample
-from tasks.base import Prompt
+from tasks.base import Prompt, iter_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -25,25 +24,18 @@ def read_completions(path: str | Path) -> dict[tuple[str, int], dict]:
     if not path.is_file():
         raise ValueError(f"backend.path: no such file: {path}")
     records: dict[tuple[str, int], dict] = {}
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"backend.path: malformed JSON in {path} line {lineno}: {exc.msg}") from None
-            if not isinstance(rec, dict) or "item_id" not in rec or "completion" not in rec:
-                raise ValueError(f"backend.path: {path} line {lineno}: needs fields item_id and completion")
-            if not isinstance(rec["completion"], str):
-                raise ValueError(f"backend.path: {path} line {lineno}: completion must be a string")
-            try:
-                key = (str(rec["item_id"]), int(rec.get("sample_idx", 0)))
-            except (TypeError, ValueError):
-                raise ValueError(f"backend.path: {path} line {lineno}: sample_idx must be an integer") from None
-            if key in records:
-                raise ValueError(f"backend.path: {path} line {lineno}: duplicate (item_id, sample_idx) {key}")
-            records[key] = rec
+    for lineno, rec in iter_jsonl(path, field="backend.path"):
+        if "item_id" not in rec or "completion" not in rec:
+            raise ValueError(f"backend.path: {path} line {lineno}: needs fields item_id and completion")
+        if not isinstance(rec["completion"], str):
+            raise ValueError(f"backend.path: {path} line {lineno}: completion must be a string")
+        try:
+            key = (str(rec["item_id"]), int(rec.get("sample_idx", 0)))
+        except (TypeError, ValueError):
+            raise ValueError(f"backend.path: {path} line {lineno}: sample_idx must be an integer") from None
+        if key in records:
+            raise ValueError(f"backend.path: {path} line {lineno}: duplicate (item_id, sample_idx) {key}")
+        records[key] = rec
     return records
 
 

@@ -10,7 +10,6 @@ both bounds at midnight.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from collections.abc import Iterator
@@ -18,7 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from tasks.base import bundled_path, read_records
+from tasks.base import bundled_path, iter_jsonl, read_records
 from tasks.livecodebench.problem import Problem, parse_problem
 
 log = logging.getLogger(__name__)
@@ -109,17 +108,8 @@ def _rows(path: str) -> Iterator[tuple[dict, str]]:
         for k, record in enumerate(read_records(path)):
             yield record, f"{path} record {k}"
         return
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"task.path: malformed JSON in {path} line {lineno}: {exc.msg}") from exc
-            if not isinstance(record, dict):
-                raise ValueError(f"task.path: {path} line {lineno} is not a JSON object")
-            yield record, f"{path} line {lineno}"
+    for lineno, record in iter_jsonl(path):
+        yield record, f"{path} line {lineno}"
 
 
 def _in_window(record: dict, where: str, start: datetime | None, end: datetime | None) -> bool:
