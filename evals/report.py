@@ -108,17 +108,18 @@ def plot(head: pd.DataFrame, out_dir: Path) -> list[Path]:
 
 
 def breakdown_tables(summary: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
-    """Per task and metric: one row per run, one column per group (all, difficulty=..., ...)."""
+    """Per task and metric: one row per run (its knobs that vary), one column per group (all, difficulty=..., ...)."""
     tables = []
     for (task, metric), frame in summary.groupby(["task", "metric"], sort=False):
         if metric.startswith("mean_") or frame["group"].nunique() < 2:
             continue
-        wide = frame.pivot_table(
-            index=["model", "method", "prompt_budget", "recent"], columns="group", values="value", dropna=False,
-            sort=False,
-        )
-        groups = ["all", *[g for g in wide.columns if g != "all"]]
-        tables.append((f"{task}: {metric}", wide[groups].reset_index()))
+        knobs = [k for k in VARIANT_KNOBS if k != "recent" and frame[k].nunique() > 1]
+        keys = ["model", "method", "prompt_budget", "recent", *knobs]
+        runs = frame.drop_duplicates("run_id").set_index("run_id")[keys]
+        wide = frame.pivot_table(index="run_id", columns="group", values="value", aggfunc="first", sort=False)
+        groups = [*[g for g in wide.columns if g == "all"], *[g for g in wide.columns if g != "all"]]
+        table = runs.join(wide[groups]).sort_values(keys, na_position="first")
+        tables.append((f"{task}: {metric}", table.reset_index(drop=True)))
     return tables
 
 
@@ -144,7 +145,8 @@ def _md(df: pd.DataFrame) -> str:
     return df.to_markdown(index=False, floatfmt=".4g")
 
 
-def write_report(root: Path) -> Path:
+def write_report(root: Path) -> tuple[Path, pd.DataFrame]:
+    """Write ``summary_all.csv``, ``plots/`` and ``report.md`` under ``root``; return the report's path and headline."""
     summary = collect(root)
     summary.to_csv(root / "summary_all.csv", index=False)
     head = headline(summary)
@@ -158,7 +160,7 @@ def write_report(root: Path) -> Path:
         lines += [f"## Per problem: {run_id}", "", _md(table), ""]
     path = root / "report.md"
     path.write_text("\n".join(lines), encoding="utf-8")
-    return path
+    return path, head
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -168,11 +170,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     root = Path(args.dir)
     try:
-        path = write_report(root)
+        path, head = write_report(root)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    head = headline(collect(root))
     with pd.option_context("display.width", 200, "display.max_columns", 20, "display.max_rows", 200):
         print(head[["model", "task", "method", "prompt_budget", "recent", "metric", "value", "n"]].to_string(index=False))
     print(f"\nreport: {path}\nsummary: {root / 'summary_all.csv'}\nplots: {root / 'plots'}")

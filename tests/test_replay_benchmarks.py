@@ -44,7 +44,7 @@ def test_longbench_v2_right_letter_100_wrong_letter_0(tmp_path):
     acc_good = good.xs("accuracy", level="metric")
     assert len(acc_good) >= 6 and (acc_good == 100).all()  # every group: all, easy/hard, short/medium/long, domains
     assert (bad.xs("accuracy", level="metric") == 0).all()
-    report = write_report(tmp_path)
+    report, _ = write_report(tmp_path)
     assert "longbench_v2: accuracy" in report.read_text()  # the breakdown table
 
 
