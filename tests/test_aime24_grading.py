@@ -1,22 +1,20 @@
 """AIME grading: last-\\boxed extraction with brace matching, integer + Math-Verify equivalence, garbage safety,
-grading off the main thread, and speed on 1,000 rows."""
+grading off the main thread, and a realistic mix of 1,000 rows."""
 
 from __future__ import annotations
 
-import logging
-import random
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from bench.aime_grading import garbage_texts, mixed_rows
 from tasks.aime24 import grading
 from tasks.aime24.data import Item
 from tasks.aime24.grading import canonical_answer, grade, integer_value, last_boxed
 from tasks.aime24.verify_worker import WORKER
 
-log = logging.getLogger(__name__)
 
 R1_TAIL = (
     "<think>\nOkay, so I need to find xy. Let me write the equations down.\n...\nSo 4xy = 100, hence xy = 25.\n"
@@ -85,24 +83,9 @@ def test_canonical_answer():
     assert canonical_answer("025") == "25" and canonical_answer(204) == "204" and canonical_answer("\\pi") == "\\pi"
 
 
-# -- must show 3: garbage never raises, and is fast -------------------------------------------------------------------
+# -- must show 3: garbage never raises; 1,000 rows -------------------------------------------------------------------
 
-_RNG = random.Random(0)
-GARBAGE = {
-    "empty": "",
-    "none": None,
-    "not a string": 12345,
-    "unbalanced open": "\\boxed{\\frac{1}{2}",
-    "unbalanced deep": "\\boxed{" + "{" * 5000,
-    "only closers": "}" * 1000 + "\\boxed",
-    "100 kB of text": " ".join(_RNG.choice(["the", "x", "{", "}", "=", "$", "\\frac", "\\left(", "42"])
-                                for _ in range(25_000))[:100_000],
-    "100 kB ending in an open box": "a" * 100_000 + "\\boxed{1",
-    "binary-looking": bytes(_RNG.randrange(256) for _ in range(20_000)).decode("latin-1"),
-    "nul bytes and box-like": "\x00\\boxed\x00{\x00}\x00" * 1000,
-    "huge box": "\\boxed{" + "1+" * 5000 + "1}",
-    "lone surrogates": "\ud800 the answer \udfff is {" * 500,
-}
+GARBAGE = {**garbage_texts(), "none": None, "not a string": 12345}
 
 
 @pytest.mark.parametrize("name", sorted(GARBAGE))
@@ -110,10 +93,8 @@ def test_garbage_gives_no_prediction_and_never_raises(name):
     item = Item(item_id="1", problem="p", answer="204")
     import tasks.aime24 as aime
 
-    start = time.perf_counter()
     result = aime.score(item, GARBAGE[name])
     assert result["prediction"] is None and result["correct"] is False
-    assert time.perf_counter() - start < 1.0
 
 
 def test_a_box_of_undecodable_text_is_a_wrong_but_writable_prediction():
@@ -121,37 +102,18 @@ def test_a_box_of_undecodable_text_is_a_wrong_but_writable_prediction():
     assert verdict.correct is False and verdict.prediction == verdict.boxed == "?"
 
 
-def test_grading_1000_rows_takes_seconds():
-    """A realistic mix: 700 integer answers at the end of long R1-style outputs, 100 distinct non-integer forms
-    that need Math-Verify (all equal to the gold), 100 garbage rows, 100 rows cut mid-answer."""
+def test_grading_1000_rows_of_a_realistic_mix():
+    """700 integer answers at the end of long R1-style outputs (every third off by one), 100 distinct non-integer forms
+    that need Math-Verify (all equal to the gold), 100 garbage rows, 100 rows cut mid-answer. Its speed is measured
+    by ``python -m bench.aime_grading``."""
     import tasks.aime24 as aime
 
     grading.clear_caches()
-    items = [Item(item_id=str(i), problem="p", answer=f"{i * 7 % 1000:03d}") for i in range(30)]
-    filler = "Let me reconsider the constraint. " * 120  # ~4 kB of reasoning per row
-    pairs = []
-    for r in range(1000):
-        item = items[r % 30]
-        gold = int(item.answer)
-        kind = r % 10
-        if kind < 7:
-            text = f"{filler}\n\n**Final Answer**\n\\[\n\\boxed{{{gold + (r % 3 == 0)}}}\n\\]"
-        elif kind == 7:
-            k = r // 10 + 2  # a distinct fraction per row, equal to the gold: Math-Verify must say so
-            text = f"{filler} so the answer is $\\boxed{{\\dfrac{{{gold * k}}}{{{k}}}}}$."
-        elif kind == 8:
-            text = list(GARBAGE.values())[r % len(GARBAGE)]
-        else:
-            text = filler + " so we get \\boxed{" + str(gold)  # cut mid-answer
-        pairs.append((item, text))
-    start = time.perf_counter()
+    pairs, _, _ = mixed_rows(1000)
     results = aime.score_many(pairs, cfg=None)
-    elapsed = time.perf_counter() - start
-    log.warning("aime24: graded %d rows in %.2f s", len(results), elapsed)
     assert len(results) == 1000
     assert sum(r["prediction"] is None for r in results) == 200
     assert sum(r["correct"] for r in results) == sum(1 for r in range(1000) if r % 10 < 7 and r % 3 != 0) + 100
-    assert elapsed < 30.0, f"grading 1,000 rows took {elapsed:.1f} s"
 
 
 # -- Math-Verify's signal.alarm: main thread and worker threads ------------------------------------------------------
