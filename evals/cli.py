@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -50,7 +51,11 @@ def _compose_first(args: list[str]) -> None:
         with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
             compose(config_name="config", overrides=overrides, return_hydra_config=True)
     except Exception as exc:  # hydra's ConfigCompositionException / OverrideParseException
-        raise UserError(str(exc).strip().splitlines()[0]) from None
+        first = str(exc).strip().splitlines()[0]
+        unknown = re.fullmatch(r"Could not override '(.+)'\.", first)
+        if unknown:
+            first = f"{unknown[1]}: no such key (`python -m evals.run --cfg job` prints every key and its value)"
+        raise UserError(first) from None
     finally:
         GlobalHydra.instance().clear()
 
