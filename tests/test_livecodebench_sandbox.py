@@ -81,9 +81,11 @@ def test_output_flood_hits_the_file_size_limit(mode):
 def test_deleting_a_file_outside_the_temporary_directory_fails(mode, victim_dir):
     require(mode, "cannot_write_harness_files")
     target = victim_dir / "victim.txt"
-    code = (f"import os, shutil\ntry:\n    os.remove({str(target)!r})\nexcept OSError:\n    pass\n"
+    # PWNED only for a file it saw and then removed: a fresh uid may not even see the folder (0700 parents)
+    code = (f"import os, shutil\nseen = os.path.exists({str(target)!r})\n"
+            f"try:\n    os.remove({str(target)!r})\nexcept OSError:\n    pass\n"
             f"shutil.rmtree({str(victim_dir)!r}, ignore_errors=True)\n"
-            f"print('PWNED' if not os.path.exists({str(target)!r}) else 'kept')")
+            f"print('PWNED' if seen and not os.path.exists({str(target)!r}) else 'kept')")
     verdict = attack(mode, code)
     assert verdict.outcome == "wrong_answer" and "got 'kept'" in verdict.error
     assert target.read_text() == "keep me"
@@ -195,7 +197,8 @@ def test_data_files_are_hidden(mode):
     require(mode, "data_files_hidden")
     problem = bundled()["ss_atcoder_001"]
     size = os.path.getsize(problem.source_file)
-    code = f"import os\nprint(len(open({problem.source_file!r}, 'rb').read()))"
+    # hidden: covered by an empty file, or not there at all (a project under a masked folder such as /tmp)
+    code = f"try:\n    print(len(open({problem.source_file!r}, 'rb').read()))\nexcept OSError:\n    print(0)"
     peek = dataclasses.replace(make_problem("peek", [("\n", f"{size}\n")]), source_file=problem.source_file)
     verdict = grade(peek, code, settings_for(mode))
     assert verdict.outcome == "wrong_answer" and "got '0'" in verdict.error

@@ -129,9 +129,10 @@ def readable_by_others(python: str) -> bool:
     return all(closed_ancestor(p) is None for p in interpreter_paths(python))
 
 
-def mask_plan(needed: tuple[str, ...], masks: set[str], hidden: tuple[str, ...], blank: str) -> list[str]:
-    """bwrap arguments that hide ``masks`` (tmpfs) but re-expose ``needed`` under them, then cover each file of
-    ``hidden`` with the empty file ``blank``."""
+def mask_plan(needed: tuple[str, ...], masks: set[str], hidden: tuple[str, ...], blank: str,
+              tmpfs_opts: dict[str, list[str]] | None = None) -> list[str]:
+    """bwrap arguments that hide ``masks`` (tmpfs, with ``tmpfs_opts[mask]`` or mode 0755) but re-expose ``needed``
+    under them, then cover each file of ``hidden`` with the empty file ``blank``."""
     args: list[str] = []
     masked: list[str] = []
     exposed: list[str] = []
@@ -139,7 +140,7 @@ def mask_plan(needed: tuple[str, ...], masks: set[str], hidden: tuple[str, ...],
         inside = [p for p in needed if _under(p, mask)]
         if mask == "/" or mask in inside:
             continue  # the interpreter needs the whole folder: masking it would break the program
-        args += ["--perms", "0755", "--tmpfs", mask]
+        args += [*(tmpfs_opts or {}).get(mask, ["--perms", "0755"]), "--tmpfs", mask]
         keep = [p for p in inside if not any(q != p and _under(p, q) for q in inside)]
         made: set[str] = set()
         for p in keep:
@@ -178,11 +179,13 @@ def bwrap_argv(iso: Isolation, job_dir: str, tmp_bytes: int, hidden: tuple[str, 
     masks = {home} if home not in ("/", "") else set()
     if iso.fresh_uid:
         masks |= {a for a in (closed_ancestor(p) for p in needed) if a}
+    # The private /tmp is one more mask: an interpreter or project that lives under /tmp stays visible (read-only).
+    masks.add("/tmp")
+    tmp_opts = ["--perms", "1777"] + (["--size", str(tmp_bytes)] if bwrap_version() >= (0, 8) else [])
     argv = [shutil.which("bwrap") or "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     hidden = tuple(os.path.realpath(h) for h in hidden if os.path.isfile(h))
-    argv += mask_plan(needed, masks, hidden, os.path.join(job_dir, "blank"))
-    argv += ["--perms", "1777"] + (["--size", str(tmp_bytes)] if bwrap_version() >= (0, 8) else [])
-    argv += ["--tmpfs", "/tmp", "--remount-ro", "/dev", "--ro-bind", job_dir, JOB_DIR,
+    argv += mask_plan(needed, masks, hidden, os.path.join(job_dir, "blank"), {"/tmp": tmp_opts})
+    argv += ["--remount-ro", "/dev", "--ro-bind", job_dir, JOB_DIR,
              "--perms", "1777", "--dir", WORK_DIR, "--chdir", WORK_DIR]
     if os.geteuid() == 0:  # no user namespace: then the driver can drop to a real unprivileged uid
         argv += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
