@@ -230,3 +230,19 @@ def test_limits_are_checked():
         Limits(timeout_s=0)
     with pytest.raises(ValueError, match="task.memory_mb"):
         Limits(memory_mb=10)
+
+
+def test_private_tmp_re_exposes_an_interpreter_under_tmp_and_is_always_made():
+    """A checkout under /tmp: its interpreter is bound back (read-only) over the private /tmp, its hidden data files
+    are covered; and the private /tmp is made even when an interpreter path is /tmp itself."""
+    tmp_opts = {"/tmp": ["--perms", "1777"]}
+    needed = ("/tmp/ck/p/.venv/bin", "/tmp/ck/p", "/usr/lib/python3.11")
+    args = isolation.mask_plan(needed, {"/root", "/tmp"}, ("/tmp/ck/p/tasks/data/x.jsonl", "/tmp/other/y.jsonl"),
+                               "/blank", tmp_opts)
+    text = " ".join(args)
+    assert "--perms 1777 --tmpfs /tmp" in text and "--perms 0755 --tmpfs /root" in text
+    assert "--ro-bind /tmp/ck/p /tmp/ck/p" in text and "--ro-bind /tmp/ck/p/.venv/bin" not in text  # inside /tmp/ck/p
+    assert "--ro-bind /blank /tmp/ck/p/tasks/data/x.jsonl" in text  # under what was re-exposed: covered
+    assert "/tmp/other" not in text  # under the private /tmp and not re-exposed: already invisible
+    assert "--tmpfs /tmp" in " ".join(isolation.mask_plan(("/tmp",), {"/tmp"}, (), "/blank", tmp_opts))
+    assert "--tmpfs /root" not in " ".join(isolation.mask_plan(("/root",), {"/root"}, (), "/blank", tmp_opts))

@@ -132,13 +132,14 @@ def readable_by_others(python: str) -> bool:
 def mask_plan(needed: tuple[str, ...], masks: set[str], hidden: tuple[str, ...], blank: str,
               tmpfs_opts: dict[str, list[str]] | None = None) -> list[str]:
     """bwrap arguments that hide ``masks`` (tmpfs, with ``tmpfs_opts[mask]`` or mode 0755) but re-expose ``needed``
-    under them, then cover each file of ``hidden`` with the empty file ``blank``."""
+    under them, then cover each file of ``hidden`` with the empty file ``blank``. A mask with ``tmpfs_opts`` (the
+    private ``/tmp``) is always made, even where the interpreter needs the whole folder."""
     args: list[str] = []
     masked: list[str] = []
     exposed: list[str] = []
     for mask in sorted(masks):
         inside = [p for p in needed if _under(p, mask)]
-        if mask == "/" or mask in inside:
+        if mask == "/" or (mask in inside and mask not in (tmpfs_opts or {})):
             continue  # the interpreter needs the whole folder: masking it would break the program
         args += [*(tmpfs_opts or {}).get(mask, ["--perms", "0755"]), "--tmpfs", mask]
         keep = [p for p in inside if not any(q != p and _under(p, q) for q in inside)]
