@@ -9,6 +9,7 @@ Not one of the paper's benchmarks: it runs the whole pipeline on a CPU and isola
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 from dataclasses import dataclass
@@ -126,10 +127,7 @@ def key_prefix(prediction: Any, answer: Any) -> float:
     """Share (0..1) of the key's leading digits that the prediction reproduces: 1 for an exact answer, about 0.4
     for a model that found the needle but lost the tail of the number, 0 for one that never saw it."""
     pred, key = _text(prediction), _text(answer)
-    n = 0
-    while n < min(len(pred), len(key)) and pred[n] == key[n]:
-        n += 1
-    return n / len(key) if key else 0.0
+    return len(os.path.commonprefix([pred, key])) / len(key) if key else 0.0
 
 
 def summarize(rows: pd.DataFrame, *, cfg=None) -> pd.DataFrame:
