@@ -24,14 +24,9 @@ SUPPORTED_GEN_KEYS = ("until", *MAX_TOKEN_KEYS, *SAMPLING_KEYS)
 
 def _plain(value: Any) -> Any:
     """An OmegaConf node (or anything) as plain Python containers."""
-    try:
-        from omegaconf import OmegaConf
+    from omegaconf import OmegaConf
 
-        if OmegaConf.is_config(value):
-            return OmegaConf.to_container(value, resolve=True)
-    except ImportError:  # pragma: no cover - omegaconf is a pinned dependency
-        pass
-    return value
+    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
 
 
 def include_paths(cfg) -> tuple[str, ...]:
