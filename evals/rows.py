@@ -13,9 +13,9 @@ log = logging.getLogger(__name__)
 
 KNOB_COLUMNS = ["prompt_budget", "window", "kernel", "pooling", "gqa_agg", "sinks", "recent", "positions"]
 ROW_COLUMNS = [
-    "run_id", "model", "task", "item_id", "sample_idx", "method", *KNOB_COLUMNS, "seed",
+    "run_id", "fingerprint", "model", "weights", "task", "item_id", "sample_idx", "method", *KNOB_COLUMNS, "seed",
     "prompt_tokens", "truncated", "gen_tokens", "finish_reason", "thinking_closed",
-    "kv_tokens_peak", "kv_bytes_peak", "latency_s", "prediction", "answer", "correct",
+    "kv_tokens_peak", "kv_bytes_peak", "latency_s", "prompt_hash", "prediction", "answer", "correct",
 ]  # fmt: skip
 LONG_TEXT_COLUMNS = ("completion", "completions", "prompt")
 

@@ -13,14 +13,18 @@ from omegaconf import DictConfig
 from evals.cli import UserError, precheck
 
 log = logging.getLogger("evals.run")
+EXPLICIT_DIR = ("hydra.run.dir", "hydra.sweep.dir", "hydra.sweep.subdir")
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> None:
     from evals.runner import run
 
+    hc = HydraConfig.get()
+    explicit = any(o.split("=", 1)[0].lstrip("+~") in EXPLICIT_DIR for o in hc.overrides.hydra)
     try:
-        run(cfg, Path(HydraConfig.get().runtime.output_dir))
+        # An explicit hydra.run.dir / hydra.sweep.* is the run directory; by default the runner adds fp-<fingerprint>.
+        run(cfg, Path(hc.runtime.output_dir) if explicit else None)
     except (ValueError, UserError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)

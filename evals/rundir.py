@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-import hashlib
+import fcntl
 import json
+import logging
 import os
 import platform
 import shutil
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -17,14 +20,30 @@ SAMPLES = "samples.jsonl"
 SAMPLES_CSV = "samples.csv"
 SUMMARY = "summary.csv"
 META = "meta.json"
-RESULT_FILES = (SAMPLES, SAMPLES_CSV, SUMMARY, META, "resolved_config.yaml")
+LOCK = ".lock"
+RESULT_FILES = (SAMPLES, SAMPLES_CSV, SUMMARY, META, "resolved_config.yaml", "prompts.jsonl.gz")
+log = logging.getLogger(__name__)
 PACKAGES = ("torch", "transformers", "hydra-core", "datasets", "pandas", "math-verify", "lm_eval", "snapstream-harness")
 
 
-def fingerprint(identity: dict[str, Any]) -> str:
-    """Stable hash of everything that determines the results of a run."""
-    blob = json.dumps(identity, sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+@contextmanager
+def run_lock(run_dir: Path) -> Iterator[None]:
+    """Hold an exclusive ``fcntl.flock`` on ``run_dir/.lock`` for a run's life: one writer per run directory.
+
+    A second job for the same run (e.g. ``compression=none`` swept over budgets under a parallel launcher) blocks
+    here until the first ends, then resumes with nothing to go. The kernel drops the lock when a process dies
+    (``kill -9`` included), so a stale lock file never blocks.
+    """
+    fd = os.open(run_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("%s: another job is writing this run; waiting for it to finish", run_dir)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
 
 
 def check_resumable(run_dir: Path, fp: str, identity: dict[str, Any]) -> None:
@@ -69,8 +88,12 @@ def remove_if_empty(run_dir: Path) -> None:
 
 
 def write_atomic(path: Path, text: str) -> None:
+    write_atomic_bytes(path, text.encode("utf-8"))
+
+
+def write_atomic_bytes(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
+    tmp.write_bytes(data)
     os.replace(tmp, path)
 
 
@@ -84,15 +107,24 @@ def versions() -> dict[str, str | None]:
     return out
 
 
-def git_commit() -> str | None:
+def _git(*args: str) -> str | None:
     root = Path(__file__).resolve().parent.parent
     try:
-        res = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=False
-        )
+        res = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=5, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return res.stdout.strip() or None
+    return res.stdout if res.returncode == 0 else None
+
+
+def git_commit() -> str | None:
+    out = _git("rev-parse", "HEAD")
+    return out.strip() or None if out else None
+
+
+def git_dirty() -> bool | None:
+    """Whether the harness checkout has uncommitted changes to tracked files (None outside a git checkout)."""
+    out = _git("status", "--porcelain", "--untracked-files=no")
+    return None if out is None else bool(out.strip())
 
 
 def device_info() -> dict[str, Any]:

@@ -26,13 +26,16 @@ from evals.rundir import (
     check_resumable,
     clear_results,
     device_info,
-    fingerprint,
     git_commit,
+    git_dirty,
     now,
     remove_if_empty,
+    run_lock,
     versions,
     write_atomic,
 )
+from evals.identity import fingerprint, run_identity
+from evals.prompts import PROMPTS, PromptStore, prompt_record
 from evals.summary import summarize
 from snapstream_core import compression_from_config
 from snapstream_core.generate import SamplingConfig
@@ -44,8 +47,20 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
+class Checked:
+    """A config that passed every check that needs no data and no weights."""
+
+    container: dict[str, Any]
+    task: Any  # the task module
+    method: CompressionMethod
+    sampling: SamplingConfig
+    batch_size: int
+    seed: int
+
+
+@dataclass(frozen=True)
 class RunPlan:
-    """Everything checked and resolved before any work: what the run will do and where."""
+    """Everything checked and resolved before any weights load: what the run will do, on which items, and where."""
 
     run_dir: Path
     run_id: str
@@ -54,11 +69,17 @@ class RunPlan:
     sampling: SamplingConfig
     batch_size: int
     seed: int
+    items: list
+    weights: str
     identity: dict[str, Any]
+    fingerprint: str
 
 
-def plan(cfg: DictConfig, run_dir: Path | None = None) -> RunPlan:
-    """Validate the whole config (raises ``ValueError`` naming the field) without loading a model."""
+def check(cfg: DictConfig) -> Checked:
+    """Validate the whole config (raises ``ValueError`` naming the field) without reading data or loading a model.
+
+    Cheap enough to run for every combination of a sweep before its first job starts (:mod:`evals.cli`).
+    """
     try:
         container = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
     except Exception as exc:  # omegaconf's MissingMandatoryValue / InterpolationResolutionError
@@ -66,6 +87,7 @@ def plan(cfg: DictConfig, run_dir: Path | None = None) -> RunPlan:
         first = str(exc).splitlines()[0]
         raise ValueError(f"{key}: {first}" if key else f"config: {first}") from None
     task = get_task(cfg.task.get("module") or cfg.task.name)  # `module`: a task module serving many names (lm_eval)
+    _check_task_source(container["task"])
     if hasattr(task, "validate"):
         task.validate(cfg.task)
     method = compression_from_config(container["compression"])
@@ -84,82 +106,134 @@ def plan(cfg: DictConfig, run_dir: Path | None = None) -> RunPlan:
         from evals.models import check_model_config
 
         check_model_config(cfg.model)
+        _check_family(container)
     elif cfg.backend.name == "replay":
         if not Path(cfg.backend.path).is_file():
             raise ValueError(f"backend.path: no such file: {cfg.backend.path}")
     else:
         raise ValueError(f"backend.name: must be 'hf' or 'replay', got {cfg.backend.name!r}")
-    run_dir = Path(run_dir or container["run_dir"])
-    model = container["model"]
-    identity = {
-        "model": {k: model.get(k) for k in ("name", "source", "hub_id", "path", "dtype", "family", "thinking")},
-        "task": {k: v for k, v in container["task"].items() if k not in ("gen",)},
-        "compression": method.knobs(),
-        "gen": {k: v for k, v in gen.items() if k not in ("batch_size", "tag")},
-        "backend": container["backend"],
-    }
+    return Checked(container, task, method, sampling, batch_size, int(gen["seed"]))
+
+
+def _check_task_source(task: dict[str, Any]) -> None:
+    """A given ``task.path`` is read only with ``task.source=path``: any other source would silently ignore it."""
+    if task.get("path") not in (None, "") and "source" in task and task["source"] != "path":
+        raise ValueError(
+            f"task.path: given ({task['path']}) but task.source={task['source']} would ignore it; "
+            "pass task.source=path to read it, or drop task.path"
+        )
+
+
+def _check_family(container: dict[str, Any]) -> None:
+    """A task with per-family prompt templates must have one for ``model.family``."""
+    templates = container["task"].get("templates")
+    family = container["model"].get("family")
+    if isinstance(templates, dict) and family not in templates:
+        raise ValueError(
+            f"model.family: {family!r} has no prompt template in task {container['task']['name']} "
+            f"(task.templates has: {', '.join(templates)})"
+        )
+
+
+def plan(cfg: DictConfig, run_dir: Path | None = None) -> RunPlan:
+    """Check the config, read the task's items and fix the run's identity and directory (no weights load).
+
+    ``run_dir`` given (``hydra.run.dir=DIR``): the run lives exactly there. Otherwise it lives under the readable
+    ``run_dir`` of the config, in a ``fp-<fingerprint>`` folder, so two runs that differ anywhere never share one.
+    """
+    c = check(cfg)
+    items = c.task.load(cfg.task)
+    if not items:
+        raise ValueError("task: no items to evaluate (check task.limit and the filters)")
+    if cfg.backend.name == "replay":
+        weights = "replay"  # no weights run: the completions' file hash is in the backend part of the identity
+    else:
+        from evals.models import weights_identity
+
+        weights = weights_identity(cfg.model)
+    identity = run_identity(c.container, c.method.knobs(), weights, items)
+    fp = fingerprint(identity)
+    run_dir = Path(run_dir) if run_dir is not None else Path(c.container["run_dir"]) / f"fp-{fp}"
     try:
-        run_id = str(run_dir.resolve().relative_to(Path(container["out_root"]).resolve()))
+        run_id = str(run_dir.resolve().relative_to(Path(c.container["out_root"]).resolve()))
     except ValueError:
         run_id = str(run_dir)
     return RunPlan(
         run_dir=run_dir,
         run_id=run_id,
-        task=task,
-        method=method,
-        sampling=sampling,
-        batch_size=batch_size,
-        seed=int(gen["seed"]),
+        task=c.task,
+        method=c.method,
+        sampling=c.sampling,
+        batch_size=c.batch_size,
+        seed=c.seed,
+        items=items,
+        weights=weights,
         identity=identity,
+        fingerprint=fp,
     )
 
 
 def run(cfg: DictConfig, run_dir: Path | None = None) -> Path:
-    """Run (or resume) one configuration; returns its run directory."""
+    """Run (or resume) one configuration; returns its run directory.
+
+    The run holds the directory's lock for its whole life: a second job for the same run waits, then resumes."""
     p = plan(cfg, run_dir)
+    backend_cfg = cfg.backend
+    replay = None
+    if backend_cfg.name == "replay":
+        from evals.backends.replay import ReplayBackend
+
+        replay = ReplayBackend(backend_cfg.path, partial=bool(backend_cfg.get("partial", False)))
+        replay.check_matches([str(i.item_id) for i in p.items], model=cfg.model.name)
     p.run_dir.mkdir(parents=True, exist_ok=True)
-    fp = fingerprint(p.identity)
-    try:
-        if cfg.overwrite:
-            clear_results(p.run_dir)
-        check_resumable(p.run_dir, fp, p.identity)
-        items = p.task.load(cfg.task)
-        if not items:
-            raise ValueError("task: no items to evaluate (check task.limit and the filters)")
-    except Exception:
-        remove_if_empty(p.run_dir)
-        raise
+    with run_lock(p.run_dir):
+        try:
+            if cfg.overwrite:
+                clear_results(p.run_dir)
+            check_resumable(p.run_dir, p.fingerprint, p.identity)
+        except Exception:
+            remove_if_empty(p.run_dir)
+            raise
+        return _run_locked(cfg, p, replay)
+
+
+def _run_locked(cfg: DictConfig, p: RunPlan, replay) -> Path:
     meta = {
         "status": "running",
-        "fingerprint": fp,
+        "fingerprint": p.fingerprint,
         "identity": p.identity,
         "run_id": p.run_id,
+        "weights": p.weights,
+        "data_sha256": p.identity["task"]["data_sha256"],
+        "data_revision": cfg.task.get("revision"),
         "started": now(),
         "versions": versions(),
         "git_commit": git_commit(),
+        "git_dirty": git_dirty(),
         "device": device_info(),
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
     write_atomic(p.run_dir / META, json.dumps(meta, indent=2, default=str))
     write_atomic(p.run_dir / "resolved_config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-    _generate_and_score(cfg, p, items)
+    _generate_and_score(cfg, p, p.items, replay)
     rows = read_rows(p.run_dir / SAMPLES)
     df = tidy(rows)
     write_atomic(p.run_dir / SAMPLES_CSV, df.to_csv(index=False))
     summary = summarize(p.task, df, cfg, p.method)
     write_atomic(p.run_dir / SUMMARY, summary.to_csv(index=False))
-    meta.update(status="complete", finished=now(), n_rows=len(rows), n_items=len(items))
+    meta.update(status="complete", finished=now(), n_rows=len(rows), n_items=len(p.items))
     write_atomic(p.run_dir / META, json.dumps(meta, indent=2, default=str))
     log.info("run complete: %s (%d rows)", p.run_dir, len(rows))
     return p.run_dir
 
 
-def _generate_and_score(cfg: DictConfig, p: RunPlan, items: list) -> None:
+def _generate_and_score(cfg: DictConfig, p: RunPlan, items: list, replay=None) -> None:
     import torch
 
     samples_path = p.run_dir / SAMPLES
     done = done_keys(read_rows(samples_path))
-    backend = make_backend(cfg, p.method, p.sampling)
+    backend = replay or make_backend(cfg, p.method, p.sampling)
+    prompts = PromptStore(p.run_dir / PROMPTS)
     work: list[tuple[Any, tuple[int, ...]]] = []
     for item in items:
         wanted = backend.samples_for(str(item.item_id), p.sampling.n)
@@ -178,6 +252,9 @@ def _generate_and_score(cfg: DictConfig, p: RunPlan, items: list) -> None:
     ) as bar:
         for batch in _batches(work, chunk):
             requests = [_request(cfg, p, backend, item, idx) for item, idx in batch]
+            system = None if cfg.model.thinking else cfg.model.system_prompt  # what the hf backend prepends
+            hashes = prompts.add([prompt_record(r.prompt, system) for r in requests if r.prompt is not None])
+            prompt_hashes = dict(zip((id(r) for r in requests if r.prompt is not None), hashes))
             torch.manual_seed(_seed(p.seed, str(batch[0][0].item_id)))
             outputs = backend.generate(requests)
             if hasattr(p.task, "followup") and backend.name == "hf":
@@ -187,10 +264,10 @@ def _generate_and_score(cfg: DictConfig, p: RunPlan, items: list) -> None:
                 for s in samples:
                     answer_text, closed = split_thinking(s.completion, bool(cfg.model.thinking))
                     pairs.append((req.item, answer_text))
-                    metas.append((req, s, closed))
+                    metas.append((req, s, closed, prompt_hashes.get(id(req))))
             scores = _score(p.task, pairs, cfg.task)
-            for (req, s, closed), scored in zip(metas, scores):
-                writer.write(_row(cfg, p, req, s, closed, scored))
+            for (req, s, closed, phash), scored in zip(metas, scores):
+                writer.write(_row(cfg, p, req, s, closed, scored, phash))
                 gen_tokens += s.gen_tokens or 0
             bar.update(len(batch))
             elapsed = max(time.perf_counter() - start, 1e-9)
@@ -250,11 +327,14 @@ def _score(task, pairs: list[tuple[Any, str]], task_cfg) -> list[dict]:
     return [task.score(item, text, cfg=task_cfg) for item, text in pairs]
 
 
-def _row(cfg: DictConfig, p: RunPlan, req: Request, s, closed: bool, scored: dict) -> dict[str, Any]:
+def _row(cfg: DictConfig, p: RunPlan, req: Request, s, closed: bool, scored: dict, phash: str | None
+         ) -> dict[str, Any]:
     knobs = p.method.knobs()
     row: dict[str, Any] = {
         "run_id": p.run_id,
+        "fingerprint": p.fingerprint,
         "model": cfg.model.name,
+        "weights": p.weights,
         "task": cfg.task.name,
         "item_id": str(req.item.item_id),
         "sample_idx": s.sample_idx,
@@ -269,6 +349,7 @@ def _row(cfg: DictConfig, p: RunPlan, req: Request, s, closed: bool, scored: dic
         "kv_tokens_peak": s.kv.get("kv_tokens_peak"),
         "kv_bytes_peak": s.kv.get("kv_bytes_peak"),
         "latency_s": s.latency_s,
+        "prompt_hash": phash,
     }
     row.update({k: v for k, v in s.kv.items() if k not in row})
     row.update({"prediction": None, "answer": None, "correct": None})

@@ -40,15 +40,44 @@ def read_completions(path: str | Path) -> dict[tuple[str, int], dict]:
 
 
 class ReplayBackend:
+    """Completions of a file, matched to the run's items by ``(item_id, sample_idx)``.
+
+    ``partial=False`` (``backend.partial``, the default): every completion must match an item of the run, so a
+    file for another task, split or limit is refused rather than silently scored on its overlap."""
+
     name = "replay"
     tokenizer = None
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, partial: bool = False):
+        self.path = Path(path)
+        self.partial = partial
         self.records = read_completions(path)
         self.by_item: dict[str, list[int]] = {}
         for item_id, idx in sorted(self.records):
             self.by_item.setdefault(item_id, []).append(idx)
         self.missing: list[str] = []
+
+    def check_matches(self, item_ids: list[str], model: str) -> None:
+        """Refuse completions that match no item (unless ``partial``), a file matching none, and completions that a
+        harness row says another model produced (rows are labelled with ``model``)."""
+        wanted = set(item_ids)
+        unmatched = sorted({i for i, _ in self.records} - wanted)
+        if len(unmatched) == len({i for i, _ in self.records}):
+            raise ValueError(
+                f"backend.path: none of the {len(self.records)} completions in {self.path} matches an item of this "
+                f"task (file ids: {', '.join(unmatched[:3])}; task ids: {', '.join(sorted(wanted)[:3])})"
+            )
+        if unmatched and not self.partial:
+            raise ValueError(
+                f"backend.path: {len(unmatched)} item id(s) in {self.path} match no item of this run "
+                f"(first: {', '.join(unmatched[:3])}); pass backend.partial=true to score only the matching ones"
+            )
+        made_by = sorted({str(r["model"]) for r in self.records.values() if r.get("model") is not None})
+        if made_by and made_by != [model]:
+            raise ValueError(
+                f"model: the completions in {self.path} were made by {', '.join(made_by[:3])}, not {model}; "
+                f"pass model=<that model's config> so the rows carry the right label"
+            )
 
     def samples_for(self, item_id: str, n: int) -> list[int]:
         found = self.by_item.get(item_id, [])

@@ -23,22 +23,32 @@ from snapstream_core.methods.base import (
 class StreamingLLM(CompressionMethod):
     """Knobs: ``sinks`` first tokens always kept; ``recent`` ring slots for the latest tokens; ``prompt_budget``
     (optional) the whole footprint, which then sets ``recent = prompt_budget - sinks``; ``positions`` original (kept
-    keys keep their RoPE phase) | in_cache (the paper's re-indexing)."""
+    keys keep their RoPE phase) | in_cache (the paper's re-indexing). Give ``recent`` or ``prompt_budget``, not
+    both (unless they agree): an explicit ``recent`` is never silently replaced."""
 
     method: ClassVar[str] = "streaming_llm"
+    DEFAULT_RECENT: ClassVar[int] = 1020
     sinks: int = 4
-    recent: int = 1020
+    recent: int | None = None  # None: DEFAULT_RECENT, or prompt_budget - sinks when prompt_budget is given
     prompt_budget: int | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_positive("sinks", self.sinks, minimum=0)
         if self.prompt_budget is None:
-            object.__setattr__(self, "prompt_budget", self.sinks + self.recent)
+            recent = self.DEFAULT_RECENT if self.recent is None else self.recent
+            check_positive("recent", recent)
+            object.__setattr__(self, "recent", recent)
+            object.__setattr__(self, "prompt_budget", self.sinks + recent)
         else:
             check_positive("prompt_budget", self.prompt_budget, minimum=self.sinks + 1)
-            object.__setattr__(self, "recent", self.prompt_budget - self.sinks)
-        check_positive("recent", self.recent)
+            derived = self.prompt_budget - self.sinks
+            if self.recent is not None and self.recent != derived:
+                raise ValueError(
+                    f"compression.recent: {self.recent} conflicts with compression.prompt_budget={self.prompt_budget} "
+                    f"(streaming_llm sets recent = prompt_budget - sinks = {derived}); give one of them"
+                )
+            object.__setattr__(self, "recent", derived)
 
     @property
     def ring(self) -> int:

@@ -1,0 +1,78 @@
+"""A run's identity: everything that can change a row, hashed into the fingerprint that names and guards its directory.
+
+Built from what will run, not from a hand-kept list of keys: the whole resolved ``model`` node plus the identity of
+its weights, the whole ``task`` node plus a hash of the items actually read, the *effective* knobs of the constructed
+compression method, the sampling settings, the whole ``backend`` node (replay: plus a hash of its file) and the
+harness version. Only keys that cannot change a row are left out (:data:`NOT_RESULT_KEYS`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+# Keys that cannot change a row: labels derived from other keys, and the batching of prompts.
+NOT_RESULT_KEYS = {"gen": ("batch_size", "tag"), "task": ("tag",)}
+HARNESS = "snapstream-harness"
+
+
+def file_sha256(path: str | Path, limit: int | None = None) -> str:
+    """sha256 of a file (of its first ``limit`` bytes when given), read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    left = limit
+    with open(path, "rb") as fh:
+        while left is None or left > 0:
+            block = fh.read(1 << 20 if left is None else min(1 << 20, left))
+            if not block:
+                break
+            h.update(block)
+            left = None if left is None else left - len(block)
+    return h.hexdigest()
+
+
+def items_sha256(items: list[Any]) -> str:
+    """sha256 of the items a run evaluates, in order (their dataclass fields as JSON)."""
+    h = hashlib.sha256()
+    for item in items:
+        record = dataclasses.asdict(item) if dataclasses.is_dataclass(item) else repr(item)
+        h.update(json.dumps(record, sort_keys=True, default=str).encode())
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+def harness_version() -> str | None:
+    try:
+        return metadata.version(HARNESS)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def run_identity(container: dict[str, Any], method_knobs: dict[str, Any], weights: str, items: list[Any]) -> dict:
+    """The identity of a run from its resolved config (``OmegaConf.to_container(cfg, resolve=True)``)."""
+    backend = dict(container["backend"])
+    if backend.get("name") == "replay":
+        backend["file_sha256"] = file_sha256(backend["path"])
+        backend.pop("path", None)  # the content is the identity, not where it lies
+    drop = {k: set(v) for k, v in NOT_RESULT_KEYS.items()}
+    return {
+        "model": {**container["model"], "weights": weights},
+        "task": {
+            **{k: v for k, v in container["task"].items() if k not in drop["task"]},
+            "data_sha256": items_sha256(items),
+            "n_items": len(items),
+        },
+        "compression": method_knobs,
+        "gen": {k: v for k, v in container["gen"].items() if k not in drop["gen"]},
+        "backend": backend,
+        "harness": harness_version(),
+    }
+
+
+def fingerprint(identity: dict[str, Any]) -> str:
+    """Stable 16-hex-digit hash of an identity."""
+    blob = json.dumps(identity, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
