@@ -1,13 +1,21 @@
-"""Checks of the command line before Hydra runs anything: one clear line and exit code 2 for a bad override."""
+"""Checks of the command line before Hydra runs anything: one clear line and exit code 2 for a bad override.
+
+Every combination of a ``-m`` sweep is expanded with Hydra's own override grammar (``OverridesParser`` with the
+config loader, as ``BasicSweeper.sweep`` / ``split_arguments`` do: lists, ``range()``, ``choice()``, ``glob()``,
+quoted values), composed and checked (:func:`evals.runner.check`, no data read, no weights loaded). Bad ones are
+listed, one line each, and nothing runs.
+"""
 
 from __future__ import annotations
 
+import itertools
 import re
 import sys
 from pathlib import Path
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
 GROUPS = ("model", "task", "compression", "backend", "gen", "experiment", "hydra/launcher")
+MAX_LISTED = 20  # bad combinations printed (then a count)
 
 
 class UserError(Exception):
@@ -18,55 +26,111 @@ def options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
 
 
-def _check_group_options(args: list[str]) -> None:
-    for arg in args:
-        if "=" not in arg or arg.startswith("-"):
-            continue
-        key, value = arg.split("=", 1)
-        key = key.lstrip("+~")
-        if key not in GROUPS or key.startswith("hydra/"):
-            continue  # hydra/* options also come from plugins: the compose check below covers them
-        values = [v.strip() for v in value.split(",")] if not value.startswith(("glob(", "range(")) else []
-        known = options(key)
-        for v in values:
-            if v and v not in known:
-                raise UserError(f"{key}={v}: unknown option; available: {', '.join(known)}")
+def _one_line(exc: BaseException) -> str:
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    unknown = re.fullmatch(r"Could not override '(.+)'\.", first)
+    if unknown:
+        return f"{unknown[1]}: no such key (`python -m evals.run --cfg job` prints every key and its value)"
+    missing = re.match(r"In '[^']*': Could not find '([^/']+)/([^']+)'", first)
+    if missing and missing[1] in GROUPS:
+        return f"{missing[1]}={missing[2]}: unknown option; available: {', '.join(options(missing[1]))}"
+    return first
 
 
-def _compose_first(args: list[str]) -> None:
-    """Compose the config with the first value of every sweep list, so bad keys fail here, in one line."""
-    from hydra import compose, initialize_config_dir
+def expand(args: list[str], multirun: bool) -> list[list[str]]:
+    """Every combination of the overrides (one list of ``key=value`` strings each), as Hydra's sweeper expands it.
+
+    Must be called inside an initialised Hydra (for ``glob()`` over a group's options)."""
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
+    try:
+        overrides = parser.parse_overrides([a for a in args if not a.startswith("-")])
+    except Exception as exc:  # OverrideParseException
+        raise UserError(_one_line(exc)) from None
+    lists: dict[str, list[str]] = {}  # keyed as BasicSweeper.split_arguments: a later value of a key replaces it
+    for ov in overrides:
+        key = ov.get_key_element()
+        if ov.is_sweep_override():
+            if not multirun:
+                raise UserError(f"{key}: a sweep value needs -m (multirun)")
+            if not ov.is_discrete_sweep():
+                raise UserError(f"{key}: interval sweeps need an optimising sweeper; use a list, range() or glob()")
+            lists[key] = [f"{key}={v}" for v in ov.sweep_string_iterator()]
+        else:
+            lists[key] = [f"{key}={ov.get_value_element_as_str()}"]
+    return [list(c) for c in itertools.product(*lists.values())]
+
+
+def check_combination(overrides: list[str]) -> None:
+    """Compose one job's config and run every check that needs no data and no weights."""
+    from hydra import compose
+    from omegaconf import open_dict
+
+    from evals.runner import check
+
+    try:
+        cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
+    except Exception as exc:  # hydra's ConfigCompositionException / MissingConfigException
+        raise UserError(_one_line(exc)) from None
+    with open_dict(cfg):
+        del cfg["hydra"]  # its runtime interpolations resolve only inside a running job
+    try:
+        check(cfg)
+    except ValueError as exc:
+        raise UserError(_one_line(exc)) from None
+
+
+def _sweeper_params(args: list[str]) -> list[str]:
+    """``hydra.sweeper.params`` of the composed primary config (experiments put their grid there), as overrides."""
+    from hydra import compose
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        plain = [o.input_line for o in OverridesParser.create().parse_overrides(args) if not o.is_sweep_override()]
+        cfg = compose(config_name="config", overrides=plain, return_hydra_config=True)
+    except Exception as exc:
+        raise UserError(_one_line(exc)) from None
+    params = cfg.hydra.sweeper.get("params") or {}
+    return [f"{k}={v}" for k, v in params.items()]
+
+
+def validate(args: list[str]) -> list[str]:
+    """One line per bad combination of the command line (empty: everything can run)."""
+    from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    overrides = []
-    for arg in args:
-        if arg.startswith("-") or "=" not in arg:
-            continue
-        key, value = arg.split("=", 1)
-        if "," in value and not value.startswith(("[", "{", "'", '"')):
-            value = value.split(",")[0]
-        overrides.append(f"{key}={value}")
+    multirun = any(a in ("-m", "--multirun") for a in args)
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-            compose(config_name="config", overrides=overrides, return_hydra_config=True)
-    except Exception as exc:  # hydra's ConfigCompositionException / OverrideParseException
-        first = str(exc).strip().splitlines()[0]
-        unknown = re.fullmatch(r"Could not override '(.+)'\.", first)
-        if unknown:
-            first = f"{unknown[1]}: no such key (`python -m evals.run --cfg job` prints every key and its value)"
-        raise UserError(first) from None
+            given = [a for a in args if not a.startswith("-")]
+            params = _sweeper_params(given) if multirun else []
+            combos = expand(params + given, multirun)  # later overrides win, as in BasicSweeper
+            bad = []
+            for combo in combos:
+                try:
+                    check_combination(combo)
+                except UserError as exc:
+                    swept = [o for o in combo if o not in given] if len(combos) > 1 else []
+                    bad.append(f"{' '.join(swept)}: {exc}" if swept else str(exc))
+            return list(dict.fromkeys(bad))
     finally:
         GlobalHydra.instance().clear()
 
 
 def precheck(args: list[str]) -> None:
-    """Exit with one line on stderr if the overrides cannot compose."""
+    """Exit with one line on stderr per bad combination if any job of the command line cannot run."""
     if any(a in ("--help", "-h", "--hydra-help", "--info") or a.startswith("--cfg") for a in args):
         return
     try:
-        _check_group_options(args)
-        _compose_first(args)
+        bad = validate(args)
     except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        bad = [str(exc)]
+    if bad:
+        for line in bad[:MAX_LISTED]:
+            print(f"error: {line}", file=sys.stderr)
+        if len(bad) > MAX_LISTED:
+            print(f"error: ... and {len(bad) - MAX_LISTED} more bad combinations", file=sys.stderr)
         sys.exit(2)
