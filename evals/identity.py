@@ -63,7 +63,7 @@ def run_identity(container: dict[str, Any], method_knobs: dict[str, Any], weight
         "task": {
             **{k: v for k, v in container["task"].items() if k not in drop["task"]},
             "data_sha256": items_sha256(items),
-            "n_items": len(items),
+            "items_read": len(items),
         },
         "compression": method_knobs,
         "gen": {k: v for k, v in container["gen"].items() if k not in drop["gen"]},

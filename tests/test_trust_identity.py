@@ -1,0 +1,101 @@
+"""Run identity (issue #13): every key of the resolved config that can change a row changes the fingerprint, and
+therefore the run directory; a directory with another fingerprint is never resumed."""
+
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+
+from evals.identity import NOT_RESULT_KEYS, fingerprint, run_identity
+from evals.runner import plan
+from snapstream_core import compression_from_config
+from tests.runner_utils import TINY, compose_cfg
+
+BASE = [*TINY, "task=needle", "task.context_tokens=128", "task.n_items=2", "compression=snapstream",
+        "compression.prompt_budget=64", "compression.recent=8", "compression.window=16"]
+GROUPS = ("model", "task", "compression", "gen", "backend")
+LABELS = {"compression": ("tag",)}  # labels derived from the knobs, never read by the method
+CHANGED_STR = {"pooling": "avg", "gqa_agg": "max", "positions": "in_cache", "method": "snapkv"}
+
+
+def leaves(node, prefix=""):
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from leaves(v, f"{prefix}{k}.")
+    else:
+        yield prefix.rstrip("."), node
+
+
+def changed(key: str, value):
+    last = key.rsplit(".", 1)[-1]
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 2  # stays odd (kernel) and above the window (budget)
+    if isinstance(value, float):
+        return value + 0.125
+    if isinstance(value, str):
+        return CHANGED_STR.get(last, value + "x")
+    return "x" if value is None else None
+
+
+def identity(container):
+    method = compression_from_config(container["compression"])
+    return fingerprint(run_identity(container, method.knobs(), "random:seed=0", items=["fixed"]))
+
+
+def result_keys(container):
+    for group in GROUPS:
+        for key, value in leaves(container[group], f"{group}."):
+            name = key.split(".", 1)[1]
+            if name in NOT_RESULT_KEYS.get(group, ()) or name in LABELS.get(group, ()):
+                continue
+            yield key, value
+
+
+def test_every_result_key_of_the_resolved_config_changes_the_fingerprint():
+    base = OmegaConf.to_container(compose_cfg(BASE), resolve=True)
+    keys = list(result_keys(base))
+    assert {"model.max_context", "model.system_prompt", "model.attn_implementation", "compression.recent",
+            "gen.seed", "task.depth_lo"} <= {k for k, _ in keys}  # enumerated from the config, not listed here
+    same = []
+    for key, value in keys:
+        mutated = OmegaConf.create(base)
+        OmegaConf.update(mutated, key, changed(key, value), force_add=True)
+        if identity(OmegaConf.to_container(mutated)) == identity(base):
+            same.append(key)
+    assert not same, f"keys that do not change the run identity: {same}"
+
+
+def test_labels_and_batching_do_not_split_a_run():
+    a = plan(compose_cfg(BASE))
+    b = plan(compose_cfg([*BASE, "gen.batch_size=4"]))
+    assert a.fingerprint == b.fingerprint and a.run_dir == b.run_dir
+
+
+@pytest.mark.parametrize("key", ["model.max_context=1024", "model.system_prompt=Be brief.",
+                                 "model.attn_implementation=eager", "model.dtype=bfloat16"])
+def test_model_keys_that_were_outside_the_run_name_now_get_their_own_directory(key):
+    a, b = plan(compose_cfg(BASE)), plan(compose_cfg([*BASE, key]))
+    assert a.run_dir != b.run_dir and a.fingerprint != b.fingerprint
+
+
+def test_the_data_read_is_part_of_the_identity(tmp_path):
+    base = OmegaConf.to_container(compose_cfg(BASE), resolve=True)
+    method = compression_from_config(base["compression"]).knobs()
+    assert fingerprint(run_identity(base, method, "w", ["a"])) != fingerprint(run_identity(base, method, "w", ["b"]))
+    assert fingerprint(run_identity(base, method, "w", ["a"])) != fingerprint(run_identity(base, method, "v", ["a"]))
+
+
+def test_the_full_cache_is_one_run_whatever_the_budget():
+    none = [*TINY, "task=needle", "task.context_tokens=128", "task.n_items=2", "compression=none"]
+    a = plan(compose_cfg([*none, "compression.prompt_budget=64"]))
+    b = plan(compose_cfg([*none, "compression.prompt_budget=128"]))
+    assert a.run_dir == b.run_dir  # same identity: a parallel sweep makes them contend for one dir (see the lock)
+
+
+def test_streaming_llm_is_filed_under_its_effective_knobs():
+    p = plan(compose_cfg([*TINY, "task=needle", "task.context_tokens=128", "task.n_items=2",
+                          "compression=streaming_llm", "compression.prompt_budget=128"]))
+    assert p.identity["compression"]["recent"] == 124
+    assert "r1020" not in str(p.run_dir)
