@@ -1,0 +1,35 @@
+"""One writer per run directory (issue #13): parallel launchers never write a row twice.
+
+``compression=none`` swept over two budgets is one run (same identity, one directory): under ``joblib`` its two jobs
+contend for the directory's lock; the second waits, then resumes with nothing to go.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from tests.runner_utils import TINY, cli
+
+N_ITEMS = 2
+SWEEP = [*TINY, "task=needle", "task.context_tokens=128", f"task.n_items={N_ITEMS}", "gen.max_new_tokens=2",
+         "compression=none,snapkv,streaming_llm,snapstream", "compression.prompt_budget=64,96",
+         "compression.window=16"]
+
+
+@pytest.mark.parametrize("launcher", [["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"],
+                                      ["hydra/launcher=submitit_local"]])
+def test_a_parallel_sweep_writes_every_row_once(tmp_path, launcher):
+    res = cli(["-m", *SWEEP, *launcher, f"out_root={tmp_path}"], timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    runs = sorted(p.parent for p in tmp_path.rglob("summary.csv"))
+    assert len(runs) == 7  # none is one run for both budgets; 3 methods x 2 budgets
+    for run in runs:
+        rows = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+        keys = [(r["item_id"], r["sample_idx"]) for r in rows]
+        assert len(keys) == len(set(keys)) == N_ITEMS, run
+        summary = pd.read_csv(run / "summary.csv")
+        assert (summary.loc[summary["metric"] == "accuracy", "n"] == N_ITEMS).all(), run
+        assert json.loads((run / "meta.json").read_text())["status"] == "complete"
