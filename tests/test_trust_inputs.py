@@ -106,3 +106,15 @@ def test_hydra_range_sweep_runs_every_job(tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     budgets = sorted(pd.read_csv(p)["prompt_budget"].iloc[0] for p in tmp_path.rglob("summary.csv"))
     assert budgets == [64, 96, 128]
+
+
+def test_a_log_likelihood_task_through_lm_eval_is_refused_before_loading(capsys):
+    from evals.lm_eval_cli import precheck
+    from tests.lm_eval_helpers import MC_TASK, TASKS_DIR
+
+    with pytest.raises(SystemExit) as exit_:
+        precheck(["run", "--model", "snapstream", "--model_args", "pretrained=/nonexistent", "--tasks", MC_TASK,
+                  "--include_path", str(TASKS_DIR)])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "is a log-likelihood task" in err[0], err
