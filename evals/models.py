@@ -6,6 +6,7 @@ safetensors under ``$SNAPSTREAM_CACHE`` (default ``~/.cache/snapstream``), then 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import logging
@@ -156,6 +157,7 @@ def weights_identity(model_cfg: Any) -> str:
     return f"hub:{model_cfg.hub_id}@{model_info(model_cfg.hub_id, timeout=10).sha}"
 
 
+@functools.lru_cache(maxsize=32)  # a sweep checks every combination: ask the hub once per id
 def _check_hub_reachable(hub_id: str | None) -> None:
     if not hub_id:
         raise ValueError("model.hub_id: required with model.source=hub")

@@ -166,17 +166,6 @@ def test_the_command_line_prints_one_line_and_exits_2(tmp_path, args, message):
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").rglob("samples.jsonl"))
 
 
-def test_a_two_job_sweep_runs_under_the_submitit_local_launcher(tmp_path):
-    res = cli(
-        ["-m", *TINY, *NEEDLE, "task.n_items=2", "compression=none,streaming_llm", "compression.prompt_budget=64",
-         "hydra/launcher=submitit_local", f"out_root={tmp_path}"],
-        timeout=600,
-    )
-    assert res.returncode == 0, res.stderr[-2000:]
-    summaries = list(tmp_path.rglob("summary.csv"))
-    assert {p.parent.parent.parent.name.split("-")[0] for p in summaries} == {"none", "streaming_llm"}  # .../fp-<hash>
-
-
 def test_the_paper_grid_composes_for_slurm():
     res = cli(["+experiment=paper", "hydra/launcher=slurm", "--cfg", "hydra"], timeout=120)
     assert res.returncode == 0, res.stderr[-2000:]

