@@ -126,17 +126,17 @@ def test_a_sweep_writes_rows_and_summaries_that_the_report_aggregates(tiny_llama
     res = cli(["-m", *RUNNER_ARGS, "compression=none,snapstream", *SMALL, "gen.batch_size=2", f"out_root={tmp_path}"],
               env={**os.environ, **SUBPROCESS_ENV})  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]
-    summaries = {p.parent.parent.name.split("-")[0]: pd.read_csv(p) for p in tmp_path.rglob("summary.csv")}
+    summaries = {p.parent.parent.parent.name.split("-")[0]: pd.read_csv(p) for p in tmp_path.rglob("summary.csv")}
     assert set(summaries) == {"none", "snapstream"}
     for summary in summaries.values():
         assert summary["metric"].iloc[0] == "exact_match,digits" and summary["n"].iloc[0] == LIMIT
         assert set(summary["task"]) == {TASK}
-    samples = {m: pd.read_csv(next(tmp_path.rglob(f"{m}*/*/samples.csv"))) for m in summaries}
+    samples = {m: pd.read_csv(next(tmp_path.rglob(f"{m}*/*/fp-*/samples.csv"))) for m in summaries}
     for rows in samples.values():
         assert len(rows) == LIMIT and {"exact_match,digits", "exact_match,raw", "gen_kwargs"} <= set(rows.columns)
     assert (samples["snapstream"]["kv_tokens_peak"] == 64 + 8).all()
     assert (samples["none"]["kv_tokens_peak"] > samples["none"]["prompt_tokens"]).all()
-    full = [json.loads(line) for line in next(tmp_path.rglob("none/*/samples.jsonl")).read_text().splitlines()]
+    full = [json.loads(line) for line in next(tmp_path.rglob("none/*/fp-*/samples.jsonl")).read_text().splitlines()]
     assert {int(r["item_id"]): r["completion"] for r in full} == hf_outputs(tiny_llama_dir)  # lm-eval's own outputs
     assert report_main([str(tmp_path)]) == 0
     report = (tmp_path / "report.md").read_text()
