@@ -7,7 +7,8 @@ import pandas as pd
 from snapstream_core.methods.base import CompressionMethod
 
 SUMMARY_COLUMNS = ["model", "task", "method", "prompt_budget", "recent", "metric", "group", "value", "n"]
-IDENTITY_EXTRA = ["window", "kernel", "pooling", "gqa_agg", "sinks", "positions", "run_id", "fingerprint"]
+IDENTITY_EXTRA = ["window", "kernel", "pooling", "gqa_agg", "sinks", "positions", "run_id"]
+RUN_COLUMNS = ["fingerprint"]  # the run's identity hash (evals/identity.py), last, so the report can group by run
 FROM_ROWS = ("run_id", "fingerprint")  # one value per run: taken from its rows
 COST_METRICS = ("gen_tokens", "kv_tokens_peak", "kv_bytes_peak", "latency_s")
 
@@ -34,9 +35,9 @@ def summarize(task, rows: pd.DataFrame, cfg, method: CompressionMethod) -> pd.Da
     }
     for key, value in ident.items():
         out[key] = value
-    for key in IDENTITY_EXTRA:
+    for key in IDENTITY_EXTRA + RUN_COLUMNS:
         if key in FROM_ROWS:
             out[key] = rows[key].iloc[0] if len(rows) and key in rows.columns else None
         else:
             out[key] = knobs.get(key)
-    return out[SUMMARY_COLUMNS + IDENTITY_EXTRA]
+    return out[SUMMARY_COLUMNS + IDENTITY_EXTRA + RUN_COLUMNS]
