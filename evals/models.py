@@ -105,14 +105,18 @@ def _check_device(device: str) -> None:
         return
     if re.fullmatch(r"cuda(:\d+)?", device):
         if not torch.cuda.is_available():
-            raise ValueError(f"model.device: {device} requested but this torch sees no CUDA GPU; use model.device=auto or cpu")
+            raise ValueError(
+                f"model.device: {device} requested but this torch sees no CUDA GPU; use model.device=auto or cpu"
+            )
         index = int(device.split(":")[1]) if ":" in device else 0
         if index >= torch.cuda.device_count():
             raise ValueError(f"model.device: {device}: only {torch.cuda.device_count()} CUDA device(s) visible")
         return
     if device == "mps":
         if not torch.backends.mps.is_available():
-            raise ValueError("model.device: mps requested but this torch has no MPS backend; use model.device=auto or cpu")
+            raise ValueError(
+                "model.device: mps requested but this torch has no MPS backend; use model.device=auto or cpu"
+            )
         return
     raise ValueError(f"model.device: must be auto, cpu, cuda, cuda:<i> or mps, got {device!r}")
 

@@ -101,7 +101,9 @@ def check(cfg: DictConfig) -> Checked:
     )
     batch_size = gen["batch_size"]
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-        raise ValueError(f"gen.batch_size: must be >= 1 (an integer: prompts per left-padded batch), got {batch_size!r}")
+        raise ValueError(
+            f"gen.batch_size: must be >= 1 (an integer: prompts per left-padded batch), got {batch_size!r}"
+        )
     if cfg.backend.name == "hf":
         from evals.models import check_model_config
 
