@@ -26,6 +26,9 @@ def main(cfg: DictConfig) -> None:
         # An explicit hydra.run.dir / hydra.sweep.* is the run directory; by default the runner adds fp-<fingerprint>.
         run(cfg, Path(hc.runtime.output_dir) if explicit else None)
     except (ValueError, UserError) as exc:
+        from evals.rundir import remove_if_empty
+
+        remove_if_empty(Path(hc.runtime.output_dir))  # Hydra's folder, if the run never started
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
 
