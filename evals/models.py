@@ -187,7 +187,8 @@ def _check_hub_reachable(hub_id: str | None) -> None:
         ) from None
 
 
-def _device(model_cfg: Any) -> str:
+def resolved_device(model_cfg: Any) -> str:
+    """``model.device`` with ``auto`` resolved as :func:`load_model` will (what the run identity records)."""
     import torch
 
     if model_cfg.device != "auto":
@@ -209,7 +210,7 @@ def load_model(model_cfg: Any):
     from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
     dtype = getattr(torch, model_cfg.dtype)
-    device = _device(model_cfg)
+    device = resolved_device(model_cfg)
     tokenizer = load_tokenizer(model_cfg)
     if model_cfg.source == "random":
         arch = dict(model_cfg.arch)

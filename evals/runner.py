@@ -147,13 +147,15 @@ def plan(cfg: DictConfig, run_dir: Path | None = None) -> RunPlan:
     items = c.task.load(cfg.task)
     if not items:
         raise ValueError("task: no items to evaluate (check task.limit and the filters)")
+    container = c.container
     if cfg.backend.name == "replay":
         weights = "replay"  # no weights run: the completions' file hash is in the backend part of the identity
     else:
-        from evals.models import weights_identity
+        from evals.models import resolved_device, weights_identity
 
         weights = weights_identity(cfg.model)
-    identity = run_identity(c.container, c.method.knobs(), weights, items)
+        container = {**container, "model": {**container["model"], "device": resolved_device(cfg.model)}}
+    identity = run_identity(container, c.method.knobs(), weights, items)
     fp = fingerprint(identity)
     run_dir = Path(run_dir) if run_dir is not None else Path(c.container["run_dir"]) / f"fp-{fp}"
     try:
