@@ -6,12 +6,17 @@
 * tests run in order, public first; the first failure decides the outcome; a sample passes when every test passes.
 
 Outcomes: ``passed``, ``wrong_answer``, ``timeout``, ``runtime_error`` (an exception, a crash, a resource limit,
-or tampering with the result channel), ``compile_error`` (the code does not compile), ``no_code`` (nothing to run).
+or a resource limit), ``compile_error`` (the code does not compile), ``no_code`` (nothing to run),
+``protocol_error`` (the result channel was tampered with: unreadable, too long, too deep or out of order).
+
+Failure messages never quote a hidden test: for a private test they give the length and a SHA-256 prefix of the
+expected and produced outputs; only public tests (shown in the prompt) are quoted, shortened.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 import os
@@ -27,7 +32,7 @@ from tasks.livecodebench.sandbox import Limits, RunResult, SandboxError, execute
 
 log = logging.getLogger(__name__)
 
-OUTCOMES = ("passed", "wrong_answer", "timeout", "runtime_error", "compile_error", "no_code")
+OUTCOMES = ("passed", "wrong_answer", "timeout", "runtime_error", "compile_error", "no_code", "protocol_error")
 
 
 @dataclass(frozen=True)
@@ -113,8 +118,26 @@ def stdout_matches(actual: str, expected: str) -> bool:
 
 
 def _short(value: Any, width: int = 80) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    """``value`` as bounded text (a string as is, anything else as JSON); never raises."""
+    try:
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    except (ValueError, TypeError, RecursionError):
+        text = f"<{type(value).__name__}>"
     return text if len(text) <= width else text[: width // 2] + "…" + text[-width // 2:]
+
+
+def fingerprint(text: str) -> str:
+    """What a row may say about a hidden text: its length and a SHA-256 prefix."""
+    data = text.encode("utf-8", "surrogatepass")
+    return f"<{len(data)} bytes, sha256 {hashlib.sha256(data).hexdigest()[:12]}>"
+
+
+def mismatch(got: Any, want: str, public: bool) -> str:
+    """The failure detail of a wrong answer: quoted for a public test, fingerprints for a hidden one."""
+    if public:
+        return f"got {_short(got)!r}, expected {_short(want)!r}"
+    got_text = got if isinstance(got, str) else _short(got, 1 << 20)
+    return f"got {fingerprint(got_text)}, expected {fingerprint(want)}"
 
 
 def _fit_output(limits: Limits, problem: Problem) -> Limits:
@@ -136,19 +159,25 @@ def grade(problem: Problem, code: str | None, settings: GradeSettings) -> Verdic
         failure: list[tuple[str, str]] = []
 
         def on_result(i: int, msg: dict) -> bool:
-            if not msg.get("ok"):
-                failure.append(("runtime_error", f"test {i}: {msg.get('error', 'error')}"))
+            try:
+                return check(i, msg)
+            except (ValueError, TypeError, RecursionError, MemoryError) as exc:  # a forged result message
+                failure.append(("protocol_error", f"test {i}: unusable result ({type(exc).__name__})"))
                 return False
-            want = problem.tests[i].output
+
+        def check(i: int, msg: dict) -> bool:
+            if not msg.get("ok"):
+                failure.append(("runtime_error", f"test {i}: {_short(msg.get('error', 'error'), 400)}"))
+                return False
+            want, public = problem.tests[i].output, i < problem.n_public
             if problem.kind == "stdin":
                 got = msg.get("stdout")
                 ok = isinstance(got, str) and not msg.get("truncated") and stdout_matches(got, want)
                 detail = "output over task.max_output_mb" if msg.get("truncated") else \
-                    f"got {_short(str(got).strip())!r}, expected {_short(want.strip())!r}"
+                    mismatch(str(got).strip(), want.strip(), public)
             else:
                 ok = "value" in msg and msg["value"] == json.loads(want)
-                got = msg.get("value")
-                detail = f"got {_short(got)}, expected {_short(want)}"
+                detail = mismatch(msg.get("value"), want, public)
             if not ok:
                 failure.append(("wrong_answer", f"test {i}: {detail}"))
             return ok
@@ -176,7 +205,10 @@ def _verdict(result: RunResult, failure: list[tuple[str, str]], total: int, mode
         outcome, error = "timeout", f"{where}: over the time limit"
     elif result.status == "compile_error":
         outcome, error = "compile_error", result.error
-    else:  # crashed, load_error, protocol_error
+    elif result.status == "protocol_error":
+        where = f"test {index}" if index is not None else "loading the program"
+        outcome, error = "protocol_error", f"{where}: {result.error}"
+    else:  # crashed, load_error
         where = f"test {index}" if index is not None else "loading the program"
         outcome, error = "runtime_error", f"{where}: {result.status}: {result.error}"
     return Verdict(outcome, passed, total, None if outcome == "passed" else index, error,

@@ -136,13 +136,50 @@ def probe(iso: Isolation) -> str:
     return "" if result.status == "done" else f"probe ended with {result.status}: {result.error}"
 
 
+MAX_DEPTH = 256  # nesting a result message may have: the driver's ``to_wire`` stops at 200 (+ its markers)
+
+
+def line_limit(max_output_bytes: int) -> int:
+    """Longest result line accepted: a ``stdout`` of ``max_output_bytes`` as JSON (``ensure_ascii=False``, so only
+    control characters are escaped; newlines double) plus 1 MiB of envelope and error text. A longer line is a
+    ``protocol_error``: the parent never holds more than about four times this (buffer, line, text, value)."""
+    return 2 * max_output_bytes + MiB
+
+
+def too_deep(value: object, limit: int = MAX_DEPTH) -> bool:
+    """Whether a parsed JSON value nests deeper than ``limit`` (iterative: never recurses)."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, dict)):
+            if depth >= limit:
+                return True
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return False
+
+
+def parse_message(line: bytes) -> dict | None:
+    """One result line as a dict with a string ``ev``, or None for anything else (bad JSON, UTF-8, depth, shape).
+    Never raises: the line is written by a process the graded program controls."""
+    try:
+        msg = json.loads(line)
+    except (ValueError, RecursionError, MemoryError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        return None
+    if not isinstance(msg, dict) or not isinstance(msg.get("ev"), str) or too_deep(msg):
+        return None
+    return msg
+
+
 def _monitor(proc: subprocess.Popen, n_tests: int, limits: Limits, on_result: OnResult,
              start: float) -> RunResult:
+    """Stream the driver's result lines. Linear in the bytes read (each byte is scanned for a newline once), and
+    bounded: a line longer than :func:`line_limit` ends the run as ``protocol_error``."""
     fd = proc.stdout.fileno()
     os.set_blocking(fd, False)
-    max_line = 8 * limits.max_output_mb * MiB + MiB  # JSON escapes can grow text up to 6x
+    max_line = line_limit(limits.max_output_mb * MiB)
     phase, deadline, current, next_i = "startup", start + limits.startup_s, None, 0
     buf = bytearray()
+    scanned = 0  # buf[:scanned] holds no newline
 
     def end(status: str, error: str | None = None, index: int | None = None) -> RunResult:
         return RunResult(status, phase, index if index is not None else current, error, time.monotonic() - start)
@@ -162,14 +199,15 @@ def _monitor(proc: subprocess.Popen, n_tests: int, limits: Limits, on_result: On
             if not chunk:
                 return end("crashed", _exit_reason(proc))
             buf += chunk
-            while (nl := buf.find(b"\n")) >= 0:
+            while (nl := buf.find(b"\n", scanned)) >= 0:
                 line = bytes(buf[:nl])
                 del buf[: nl + 1]
-                try:
-                    msg = json.loads(line)
-                    ev = msg["ev"]
-                except (ValueError, KeyError, TypeError):
+                scanned = 0
+                msg = parse_message(line)
+                del line
+                if msg is None:
                     return end("protocol_error", "unreadable message on the result channel")
+                ev = msg["ev"]
                 now = time.monotonic()
                 if ev == "ready" and phase == "startup":
                     phase, deadline = "compile", now + limits.timeout_s
@@ -188,7 +226,8 @@ def _monitor(proc: subprocess.Popen, n_tests: int, limits: Limits, on_result: On
                 elif ev == "done" and (phase == "test" or n_tests == 0) and next_i == n_tests:
                     return end("done")
                 else:
-                    return end("protocol_error", f"unexpected message {ev!r} in phase {phase}")
+                    return end("protocol_error", f"unexpected message {ev[:40]!r} in phase {phase}")
+            scanned = len(buf)
             if len(buf) > max_line:
                 return end("protocol_error", "result message too long")
 
