@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from tasks.base import too_deep
 from tasks.livecodebench.isolation import PYTHON_FLAGS, WORK_DIR, Isolation, bwrap_argv, interpreter_sys_path, \
     sandbox_env
 
@@ -146,18 +147,6 @@ def line_limit(max_output_bytes: int) -> int:
     return 2 * max_output_bytes + MiB
 
 
-def too_deep(value: object, limit: int = MAX_DEPTH) -> bool:
-    """Whether a parsed JSON value nests deeper than ``limit`` (iterative: never recurses)."""
-    stack = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, (list, dict)):
-            if depth >= limit:
-                return True
-            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
-    return False
-
-
 def parse_message(line: bytes) -> dict | None:
     """One result line as a dict with a string ``ev``, or None for anything else (bad JSON, UTF-8, depth, shape).
     Never raises: the line is written by a process the graded program controls."""
@@ -165,7 +154,7 @@ def parse_message(line: bytes) -> dict | None:
         msg = json.loads(line)
     except (ValueError, RecursionError, MemoryError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         return None
-    if not isinstance(msg, dict) or not isinstance(msg.get("ev"), str) or too_deep(msg):
+    if not isinstance(msg, dict) or not isinstance(msg.get("ev"), str) or too_deep(msg, MAX_DEPTH):
         return None
     return msg
 
