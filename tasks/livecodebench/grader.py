@@ -19,6 +19,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -35,6 +36,15 @@ log = logging.getLogger(__name__)
 OUTCOMES = ("passed", "wrong_answer", "timeout", "runtime_error", "compile_error", "no_code", "protocol_error")
 
 
+def _number(cfg: Any, name: str, default: Any, kind: type = int) -> Any:
+    """``task.<name>`` as ``kind``: an integer knob takes whole numbers only, every knob finite numbers only."""
+    value = get(cfg, name, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or \
+            (kind is int and value != int(value)):
+        raise ValueError(f"task.{name}: expected a finite {'integer' if kind is int else 'number'}, got {value!r}")
+    return kind(value)
+
+
 @dataclass(frozen=True)
 class GradeSettings:
     """The grading knobs of ``task``: limits, ``sandbox`` mode, the interpreter and the number of workers."""
@@ -49,17 +59,20 @@ class GradeSettings:
             raise ValueError(f"task.sandbox: expected one of {', '.join(isolation.MODES)}, got {self.sandbox!r}")
         if self.exec_workers is not None and self.exec_workers < 1:
             raise ValueError(f"task.exec_workers: must be >= 1 or null, got {self.exec_workers}")
-        if self.python is not None and not os.access(self.python, os.X_OK):
-            raise ValueError(f"task.python: not an executable: {self.python}")
+        if self.python is not None and not (os.path.isfile(self.python) and os.access(self.python, os.X_OK)):
+            raise ValueError(f"task.python: not an executable file: {self.python}")
 
     @classmethod
     def from_cfg(cls, cfg: Any) -> GradeSettings:
-        limits = Limits(timeout_s=float(get(cfg, "timeout_s", 6.0)), memory_mb=int(get(cfg, "memory_mb", 4096)),
-                        max_output_mb=int(get(cfg, "max_output_mb", 16)), nofile=int(get(cfg, "nofile", 256)),
-                        nproc=int(get(cfg, "nproc", 64)))
+        """The settings of a ``task`` config; a knob of the wrong type is a ``ValueError`` naming it."""
+        limits = Limits(timeout_s=_number(cfg, "timeout_s", 6.0, float), memory_mb=_number(cfg, "memory_mb", 4096),
+                        max_output_mb=_number(cfg, "max_output_mb", 16), nofile=_number(cfg, "nofile", 256),
+                        nproc=_number(cfg, "nproc", 64))
         workers = get(cfg, "exec_workers")
-        return cls(limits=limits, sandbox=str(get(cfg, "sandbox", "auto")), python=get(cfg, "python"),
-                   exec_workers=None if workers is None else int(workers))
+        python = get(cfg, "python")
+        return cls(limits=limits, sandbox=str(get(cfg, "sandbox", "auto")),
+                   python=None if python is None else str(python),
+                   exec_workers=None if workers is None else _number(cfg, "exec_workers", None))
 
     @property
     def workers(self) -> int:

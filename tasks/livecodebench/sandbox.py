@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import math
 import os
 import selectors
 import shutil
@@ -32,6 +33,16 @@ log = logging.getLogger(__name__)
 MiB = 1 << 20
 
 
+LIMIT_RANGES = {  # knob: (lowest, highest) accepted; the upper bounds keep every derived cap (CPU rlimit, the size
+    "timeout_s": (0.01, 600.0),  # of the private /tmp, the result line) a real number on a real machine
+    "memory_mb": (256, 1 << 20),  # the interpreter needs 256 MB; 1 TiB
+    "max_output_mb": (1, 1024),
+    "nofile": (16, 65536),
+    "nproc": (1, 4096),
+    "startup_s": (1.0, 600.0),
+}
+
+
 @dataclass(frozen=True)
 class Limits:
     """Per-program limits. ``timeout_s`` is per test (LiveCodeBench: 6 s); memory is the address-space rlimit."""
@@ -44,12 +55,11 @@ class Limits:
     startup_s: float = 60.0
 
     def __post_init__(self) -> None:
-        if not self.timeout_s > 0:
-            raise ValueError(f"task.timeout_s: must be > 0, got {self.timeout_s}")
-        if self.memory_mb < 256:
-            raise ValueError(f"task.memory_mb: at least 256 (the interpreter needs it), got {self.memory_mb}")
-        if self.max_output_mb < 1 or self.nofile < 16 or self.nproc < 1:
-            raise ValueError("task.max_output_mb >= 1, nofile >= 16, nproc >= 1 required")
+        for name, (low, high) in LIMIT_RANGES.items():
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                    or not low <= value <= high:
+                raise ValueError(f"task.{name}: must be a finite number in [{low}, {high}], got {value!r}")
 
     def rlimits(self, n_tests: int) -> dict[str, int]:
         return {"cpu_s": int((n_tests + 1) * self.timeout_s) + 2, "as_bytes": self.memory_mb * MiB,
