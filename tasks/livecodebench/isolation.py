@@ -238,7 +238,7 @@ def resolve(requested: str, python: str | None = None) -> Isolation:
     """The isolation for ``task.sandbox`` (``auto``/``bwrap``/``process``); probes bwrap once per process."""
     if requested not in MODES:
         raise ValueError(f"task.sandbox: expected one of {', '.join(MODES)}, got {requested!r}")
-    return _resolve(requested, python or sys.executable)
+    return _resolve(requested, os.path.abspath(python or sys.executable))  # no "..": its folders may not exist inside
 
 
 @functools.lru_cache(maxsize=8)
