@@ -118,7 +118,7 @@ def decode_compressed(text: str, limit: int = MAX_PROBLEM_BYTES) -> str:
         raise ValueError(f"not base64+zlib: {exc}") from exc
     del raw
     if inflater.unconsumed_tail:
-        raise ValueError(f"decompresses to more than {limit >> 20} MiB (the per-problem limit)")
+        raise ValueError(f"decompresses past the per-problem limit of {MAX_PROBLEM_BYTES >> 20} MiB")
     value = plain_unpickle(data)
     del data
     if isinstance(value, bytes):
