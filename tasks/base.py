@@ -74,20 +74,37 @@ def too_deep(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
     return False
 
 
-def loads_bounded(text: str | bytes, where: str, max_depth: int = MAX_JSON_DEPTH) -> Any:
+def loads_bounded(text: str | bytes, where: str, max_depth: int = MAX_JSON_DEPTH,
+                  max_objects: int | None = None) -> Any:
     """``json.loads`` for untrusted text: raises ``ValueError`` starting with ``where`` for malformed JSON, invalid
-    UTF-8 (with the byte offset) or nesting deeper than ``max_depth`` (never a ``RecursionError``)."""
+    UTF-8 (with the byte offset), nesting deeper than ``max_depth`` (never a ``RecursionError``) or, when
+    ``max_objects`` is given, more JSON objects than that (the parse stops at the first one over)."""
+    hook = None
+    if max_objects is not None:
+        count = [0]
+
+        def hook(obj: dict) -> dict:
+            count[0] += 1
+            if count[0] > max_objects:
+                raise _TooMany
+            return obj
     try:
-        value = json.loads(text)
+        value = json.loads(text, object_hook=hook)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{where} is not valid JSON: {exc.msg}") from None
     except UnicodeDecodeError as exc:
         raise ValueError(f"{where}: invalid UTF-8 at byte {exc.start}") from None
     except RecursionError:
         raise ValueError(f"{where}: JSON nested deeper than {max_depth} levels") from None
+    except _TooMany:
+        raise ValueError(f"{where}: more than {max_objects} JSON objects") from None
     if too_deep(value, max_depth):
         raise ValueError(f"{where}: JSON nested deeper than {max_depth} levels")
     return value
+
+
+class _TooMany(Exception):
+    """Raised inside ``json.loads`` to stop a parse at an object budget."""
 
 
 def read_records(path: str | Path, field: str = "task.path") -> list[dict[str, Any]]:

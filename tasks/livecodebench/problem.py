@@ -99,7 +99,7 @@ class _PlainUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError("forbidden persistent id")
 
 
-def plain_unpickle(data: bytes) -> Any:
+def plain_unpickle(data: bytes | bytearray) -> Any:
     """``pickle.loads`` restricted to plain data; anything that would call or import raises ``ValueError``."""
     try:
         return _PlainUnpickler(io.BytesIO(data)).load()
@@ -113,11 +113,15 @@ def decode_compressed(text: str, limit: int = MAX_PROBLEM_BYTES) -> str:
     try:
         raw = base64.b64decode(text.encode("ascii"), validate=False)
         inflater = zlib.decompressobj()
-        data = inflater.decompress(raw, limit)
+        data = bytearray()
+        while raw and len(data) <= limit:  # 16 MiB steps: the output never grows past the limit by doubling
+            data += inflater.decompress(raw, 16 * MiB)
+            raw = inflater.unconsumed_tail
+        if not raw:
+            data += inflater.flush()
     except (binascii.Error, zlib.error, UnicodeEncodeError) as exc:
         raise ValueError(f"not base64+zlib: {exc}") from exc
-    del raw
-    if inflater.unconsumed_tail:
+    if len(data) > limit or raw:
         raise ValueError(f"decompresses past the per-problem limit of {MAX_PROBLEM_BYTES >> 20} MiB")
     value = plain_unpickle(data)
     del data
@@ -143,7 +147,7 @@ def parse_tests(value: Any, where: str, name: str, compressed_ok: bool,
                 value = decode_compressed(value, budget)
             except (ValueError, UnicodeDecodeError) as err:
                 raise ValueError(f"{field_where} is neither JSON nor base64/zlib/pickle JSON: {err}") from None
-        items = loads_bounded(value, field_where)
+        items = loads_bounded(value, field_where, max_objects=MAX_TESTS)  # one object a test
     else:
         raise ValueError(f"{field_where} must be a JSON string, got {type(value).__name__}")
     if not isinstance(items, list):
