@@ -8,8 +8,11 @@ Two modes (``task.sandbox``):
   namespace), own PID namespace (nothing outside is visible or killable, and everything inside dies with it), the
   task's data files covered. When the harness runs as root, bwrap runs without a user namespace and the program runs under a fresh
   unprivileged uid (a root process ignores RLIMIT_NPROC).
-* ``process`` — the fallback when bwrap is missing or not permitted: a fresh interpreter in its own session and
-  process group, rlimits, an empty temporary directory, a scrubbed environment, and the wall-clock kill. When the
+* ``process`` — the fallback when bwrap is missing or not permitted: a fresh interpreter as PID 1 of its own PID
+  namespace (the kill reaches every process it started) with its own mount namespace (``/proc`` of its own; its
+  folder, ``/tmp``, ``/var/tmp`` and ``/dev/shm`` on one size-capped tmpfs that vanishes with it), ``no_new_privs``,
+  rlimits, a scrubbed environment, and the wall-clock kill (see :func:`process_argv`; without util-linux's
+  ``unshare``/``setpriv`` or namespaces, process mode refuses to run). When the
   harness runs as root and the interpreter is readable by other users, the program also runs under a fresh uid, so
   it cannot write the harness's files, signal its processes or read their environment, and whatever it leaves
   running is killed by uid. It has the network and sees the file system.
@@ -63,7 +66,8 @@ class Isolation:
             "data_files_hidden": bwrap,
             "cannot_signal_harness": bwrap or self.fresh_uid,
             "cannot_read_harness_environ": bwrap or self.fresh_uid,
-            "no_process_survives": bwrap or self.fresh_uid,
+            "no_process_survives": True,
+            "nothing_left_in_tmp": True,
             "cannot_write_harness_files": bwrap or self.fresh_uid,
         }
 
@@ -215,6 +219,42 @@ def bwrap_argv(iso: Isolation, job_dir: str, tmp_bytes: int, hidden: tuple[str, 
     argv += ["--die-with-parent", "--new-session", "--", iso.python, *PYTHON_FLAGS,
              f"{JOB_DIR}/driver.py", f"{JOB_DIR}/job.json"]
     return argv
+
+
+PROCESS_VIEW = "/dev/shm"  # process mode: where the job, the work folder and the private /tmp appear
+# Run by /bin/sh inside fresh PID + mount namespaces: one size-capped tmpfs on /dev/shm holds the job (bound
+# read-only), the program's folder and its /tmp (also bound on /tmp and /var/tmp), so nothing it writes outlives
+# the namespace and the total it can write is capped; then the driver runs with no_new_privs (setpriv).
+_PROCESS_SCRIPT = """set -e
+mount -t tmpfs -o size="$1",mode=0755 lcb /dev/shm
+mkdir /dev/shm/job /dev/shm/work /dev/shm/tmp
+mount --bind "$2" /dev/shm/job
+mount -o remount,bind,ro /dev/shm/job
+chmod 1777 /dev/shm/tmp
+chmod 0700 /dev/shm/work
+if [ -n "$3" ]; then chown "$3:$3" /dev/shm/work; fi
+mount --bind /dev/shm/tmp /tmp
+if [ -d /var/tmp ]; then mount --bind /dev/shm/tmp /var/tmp; fi
+shift 3
+cd /dev/shm/work
+exec "$@"
+"""
+
+
+def process_argv(iso: Isolation, job_dir: str, tmp_bytes: int, uid: int | None) -> list[str]:
+    """The command of process mode: ``unshare`` gives the driver a PID namespace (it is PID 1: when it dies, every
+    process the program started dies with it, setuid or not, in any session) and a mount namespace with its own
+    ``/proc`` and one ``tmp_bytes``-capped tmpfs for all it may write; ``setpriv --no-new-privs`` stops setuid
+    binaries from gaining privileges. Not root: a user namespace maps the harness user to root inside."""
+    unshare, setpriv = shutil.which("unshare"), shutil.which("setpriv")
+    if not unshare or not setpriv:
+        raise ValueError("task.sandbox=process needs util-linux's unshare and setpriv (PID and mount namespaces, "
+                         "no_new_privs); install util-linux or bubblewrap")
+    user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+    return [unshare, *user, "--fork", "--pid", "--mount-proc", "--kill-child", "--mount", "--propagation", "private",
+            "/bin/sh", "-c", _PROCESS_SCRIPT, "sh", str(tmp_bytes), job_dir, "" if uid is None else str(uid),
+            setpriv, "--no-new-privs", iso.python, *PYTHON_FLAGS, f"{PROCESS_VIEW}/job/driver.py",
+            f"{PROCESS_VIEW}/job/job.json"]
 
 
 _warned: set[str] = set()

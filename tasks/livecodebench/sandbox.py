@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tasks.base import too_deep
-from tasks.livecodebench.isolation import PYTHON_FLAGS, WORK_DIR, Isolation, bwrap_argv, interpreter_sys_path, \
-    sandbox_env
+from tasks.livecodebench.isolation import PROCESS_VIEW, WORK_DIR, Isolation, bwrap_argv, interpreter_sys_path, \
+    process_argv, sandbox_env
 
 log = logging.getLogger(__name__)
 
@@ -111,17 +111,13 @@ def execute(iso: Isolation, kind: str, code: str, func_name: str | None, inputs:
         os.chmod(os.path.join(job_dir, "blank"), 0o644)
         with open(os.path.join(job_dir, "job.json"), "w", encoding="utf-8") as fh:
             json.dump(job, fh)
+        biggest = max((len(x) for x in inputs), default=0)
+        tmp_bytes = 2 * max_out + 4 * biggest + 64 * MiB  # everything the program may write, in total
         if iso.mode == "bwrap":
-            biggest = max((len(x) for x in inputs), default=0)
-            tmp_bytes = 2 * max_out + 4 * biggest + 64 * MiB
             argv, cwd, env = bwrap_argv(iso, job_dir, tmp_bytes, hidden), root, sandbox_env(WORK_DIR, "/tmp")
         else:
-            work = os.path.join(root, "work")
-            os.mkdir(work, 0o700)
-            if uid is not None:
-                os.chown(work, uid, uid)
-            argv = [iso.python, *PYTHON_FLAGS, os.path.join(job_dir, "driver.py"), os.path.join(job_dir, "job.json")]
-            cwd, env = work, sandbox_env(work, work)
+            argv = process_argv(iso, job_dir, tmp_bytes, uid)
+            cwd, env = root, sandbox_env(f"{PROCESS_VIEW}/work", "/tmp")
         with open(os.path.join(root, "stderr.log"), "wb") as err:
             proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                     stderr=err, start_new_session=True, close_fds=True)
