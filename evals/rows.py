@@ -117,7 +117,8 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
         where = f"{path} line {lineno}"
         item_id, idx = rec.get("item_id"), rec.get("sample_idx")
         if isinstance(item_id, bool) or not isinstance(item_id, (str, int)):
-            raise ValueError(f"{where}: not a row of this harness (item_id must be a string or an integer, got {_brief(item_id)})")
+            raise ValueError(f"{where}: not a row of this harness (item_id must be a string or an integer, "
+                             f"got {_brief(item_id)})")
         if isinstance(idx, bool) or not isinstance(idx, int) or idx < 0:
             raise ValueError(f"{where}: not a row of this harness (sample_idx must be an integer >= 0, "
                              f"got {_brief(idx)})")

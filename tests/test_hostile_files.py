@@ -63,7 +63,8 @@ def test_invalid_utf8_names_file_and_line(tmp_path):
     ("public_test_cases", DEEP, "field 'public_test_cases': JSON nested deeper"),
     ("metadata", '{"func_name": ' + DEEP + "}", "field 'metadata': JSON nested deeper"),
     ("question_id", None, "field 'question_id' must be a string or an integer, got None"),
-    ("public_test_cases", json.dumps([{"input": "", "output": ""}] * (MAX_TESTS + 1)), f"more than {MAX_TESTS} JSON obj"),
+    ("public_test_cases", json.dumps([{"input": "", "output": ""}] * (MAX_TESTS + 1)),
+     f"more than {MAX_TESTS} JSON objects"),
 ])
 def test_hostile_problem_fields_are_one_line_errors(field, value, message):
     record = dict(bundled_rows()[0], **{field: value})

@@ -6,8 +6,8 @@ Two modes (``task.sandbox``):
   folders, the interpreter and its packages (:func:`view_plan`: not the project, ``results/``, home, ``/run`` or
   anyone's sockets), a fresh ``/proc`` and ``/dev``, a size-capped private ``/tmp``, no network (own network
   namespace), own PID namespace (nothing outside is visible or killable, and everything inside dies with it), the
-  task's data files covered. When the harness runs as root, bwrap runs without a user namespace and the program runs under a fresh
-  unprivileged uid (a root process ignores RLIMIT_NPROC).
+  task's data files covered. When the harness runs as root, bwrap runs without a user namespace and the program
+  runs under a fresh unprivileged uid (a root process ignores RLIMIT_NPROC).
 * ``process`` — the fallback when bwrap is missing or not permitted: a fresh interpreter as PID 1 of its own PID
   namespace (the kill reaches every process it started) with its own mount namespace (``/proc`` of its own; its
   folder, ``/tmp``, ``/var/tmp`` and ``/dev/shm`` on one size-capped tmpfs that vanishes with it), ``no_new_privs``,

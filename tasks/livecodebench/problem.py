@@ -174,7 +174,8 @@ def parse_tests(value: Any, where: str, name: str, compressed_ok: bool,
 def _check_functional(tests: list[TestCase], where: str) -> None:
     for k, test in enumerate(tests):
         for j, line in enumerate(test.input.split("\n")):
-            loads_bounded(line, f"{where}: test {k} of a functional problem, input line {j} (not one JSON value a line)")
+            loads_bounded(line, f"{where}: test {k} of a functional problem, input line {j} "
+                                "(not one JSON value a line)")
         loads_bounded(test.output, f"{where}: test {k} of a functional problem, the output")
 
 
