@@ -12,7 +12,7 @@ Two modes (``task.sandbox``):
   namespace (the kill reaches every process it started) with its own mount namespace (``/proc`` of its own; its
   folder, ``/tmp``, ``/var/tmp`` and ``/dev/shm`` on one size-capped tmpfs that vanishes with it), ``no_new_privs``,
   rlimits, a scrubbed environment, and the wall-clock kill (see :func:`process_argv`; without util-linux's
-  ``unshare``/``setpriv`` or namespaces, process mode refuses to run). When the
+  ``unshare`` or namespaces, the probe fails and process mode refuses to run). When the
   harness runs as root and the interpreter is readable by other users, the program also runs under a fresh uid, so
   it cannot write the harness's files, signal its processes or read their environment, and whatever it leaves
   running is killed by uid. It has the network and sees the file system.
@@ -222,39 +222,50 @@ def bwrap_argv(iso: Isolation, job_dir: str, tmp_bytes: int, hidden: tuple[str, 
 
 
 PROCESS_VIEW = "/dev/shm"  # process mode: where the job, the work folder and the private /tmp appear
-# Run by /bin/sh inside fresh PID + mount namespaces: one size-capped tmpfs on /dev/shm holds the job (bound
-# read-only), the program's folder and its /tmp (also bound on /tmp and /var/tmp), so nothing it writes outlives
-# the namespace and the total it can write is capped; then the driver runs with no_new_privs (setpriv).
-_PROCESS_SCRIPT = """set -e
-mount -t tmpfs -o size="$1",mode=0755 lcb /dev/shm
-mkdir /dev/shm/job /dev/shm/work /dev/shm/tmp
-mount --bind "$2" /dev/shm/job
-mount -o remount,bind,ro /dev/shm/job
-chmod 1777 /dev/shm/tmp
-chmod 0700 /dev/shm/work
-if [ -n "$3" ]; then chown "$3:$3" /dev/shm/work; fi
-mount --bind /dev/shm/tmp /tmp
-if [ -d /var/tmp ]; then mount --bind /dev/shm/tmp /var/tmp; fi
-shift 3
-cd /dev/shm/work
-exec "$@"
+# Run by the interpreter (``-S -I -c``) as PID 1 of fresh PID + mount namespaces: one size-capped tmpfs on /dev/shm
+# holds the job (bound read-only), the program's folder and its /tmp (bound on /tmp and /var/tmp), so nothing it
+# writes outlives the namespace and the total it can write is capped; then no_new_privs, and exec of the driver.
+# mount(2) and prctl(2) through ctypes: one interpreter start instead of a shell and a process per mount.
+_LAUNCHER = """import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+def mount(src, dst, fstype, flags, data):
+    if libc.mount(src.encode(), dst.encode(), fstype.encode(), flags, data.encode() if data else None) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount {dst}: {os.strerror(err)}")
+size, job, uid = sys.argv[1], sys.argv[2], sys.argv[3]
+MS_RDONLY, MS_REMOUNT, MS_BIND = 1, 32, 4096
+mount("lcb", "/dev/shm", "tmpfs", 0, "size=" + size + ",mode=0755")
+for d in ("job", "work", "tmp"):
+    os.mkdir("/dev/shm/" + d)
+mount(job, "/dev/shm/job", "", MS_BIND, "")
+mount("", "/dev/shm/job", "", MS_REMOUNT | MS_BIND | MS_RDONLY, "")
+os.chmod("/dev/shm/tmp", 0o1777)
+os.chmod("/dev/shm/work", 0o700)
+if uid:
+    os.chown("/dev/shm/work", int(uid), int(uid))
+for d in ("/tmp", "/var/tmp"):
+    if os.path.isdir(d):
+        mount("/dev/shm/tmp", d, "", MS_BIND, "")
+if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+    raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+os.chdir("/dev/shm/work")
+os.execv(sys.argv[4], sys.argv[4:])
 """
 
 
 def process_argv(iso: Isolation, job_dir: str, tmp_bytes: int, uid: int | None) -> list[str]:
     """The command of process mode: ``unshare`` gives the driver a PID namespace (it is PID 1: when it dies, every
     process the program started dies with it, setuid or not, in any session) and a mount namespace with its own
-    ``/proc`` and one ``tmp_bytes``-capped tmpfs for all it may write; ``setpriv --no-new-privs`` stops setuid
+    ``/proc`` and one ``tmp_bytes``-capped tmpfs for all it may write; ``PR_SET_NO_NEW_PRIVS`` stops setuid
     binaries from gaining privileges. Not root: a user namespace maps the harness user to root inside."""
-    unshare, setpriv = shutil.which("unshare"), shutil.which("setpriv")
-    if not unshare or not setpriv:
-        raise ValueError("task.sandbox=process needs util-linux's unshare and setpriv (PID and mount namespaces, "
-                         "no_new_privs); install util-linux or bubblewrap")
+    unshare = shutil.which("unshare")
+    if not unshare:
+        raise ValueError("task.sandbox=process needs util-linux's unshare (PID and mount namespaces); install "
+                         "util-linux or bubblewrap")
     user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
     return [unshare, *user, "--fork", "--pid", "--mount-proc", "--kill-child", "--mount", "--propagation", "private",
-            "/bin/sh", "-c", _PROCESS_SCRIPT, "sh", str(tmp_bytes), job_dir, "" if uid is None else str(uid),
-            setpriv, "--no-new-privs", iso.python, *PYTHON_FLAGS, f"{PROCESS_VIEW}/job/driver.py",
-            f"{PROCESS_VIEW}/job/job.json"]
+            iso.python, "-S", "-I", "-c", _LAUNCHER, str(tmp_bytes), job_dir, "" if uid is None else str(uid),
+            iso.python, *PYTHON_FLAGS, f"{PROCESS_VIEW}/job/driver.py", f"{PROCESS_VIEW}/job/job.json"]
 
 
 _warned: set[str] = set()
@@ -304,6 +315,7 @@ def _resolve(requested: str, python: str) -> Isolation:
     iso = Isolation("process", python, fresh_uid=fresh, reason=reason)
     probe_error = probe(iso)
     if probe_error:
-        raise RuntimeError(f"LiveCodeBench: cannot start the grading interpreter {python}: {probe_error}")
+        raise ValueError(f"task.sandbox: process mode cannot run {python} here (it needs PID and mount "
+                         f"namespaces: util-linux unshare, root or user namespaces): {probe_error}")
     warn_once(iso)
     return iso

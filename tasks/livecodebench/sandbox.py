@@ -276,13 +276,14 @@ def _kill(pid: int, how: Callable[[int], None]) -> None:
 
 
 def reap_uid(uid: int, rounds: int = 200) -> None:
-    """SIGKILL every process owned by ``uid`` until none is left (a fork loop is bounded by RLIMIT_NPROC)."""
+    """SIGKILL every live process owned by ``uid`` until none is left (a fork loop is bounded by RLIMIT_NPROC;
+    zombies are skipped: they are dead and wait for their parent)."""
     for _ in range(rounds):
         pids = []
         for name in os.listdir("/proc"):
             if name.isdigit():
                 try:
-                    if os.stat(f"/proc/{name}").st_uid == uid:
+                    if os.stat(f"/proc/{name}").st_uid == uid and not _zombie(name):
                         pids.append(int(name))
                 except OSError:
                     continue
@@ -292,6 +293,14 @@ def reap_uid(uid: int, rounds: int = 200) -> None:
             _kill(pid, lambda p: os.kill(p, signal.SIGKILL))
         time.sleep(0.005)
     log.warning("processes of sandbox uid %d survived %d kill rounds", uid, rounds)
+
+
+def _zombie(pid: str) -> bool:
+    """A process that has exited and waits to be reaped by its parent (nothing left to kill)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_bytes().rpartition(b")")[2].split()[0] in (b"Z", b"X")
+    except (OSError, IndexError):
+        return True
 
 
 def _remove(path: str) -> None:
