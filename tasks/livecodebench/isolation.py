@@ -225,7 +225,8 @@ PROCESS_VIEW = "/dev/shm"  # process mode: where the job, the work folder and th
 # Run by the interpreter (``-S -I -c``) as PID 1 of fresh PID + mount namespaces: one size-capped tmpfs on /dev/shm
 # holds the job (bound read-only), the program's folder and its /tmp (bound on /tmp and /var/tmp), so nothing it
 # writes outlives the namespace and the total it can write is capped; then no_new_privs, and exec of the driver.
-# mount(2) and prctl(2) through ctypes: one interpreter start instead of a shell and a process per mount.
+# mount(2) and prctl(2) through ctypes, then the driver runs in this same interpreter (``-S`` like PYTHON_FLAGS,
+# ``-I`` so that nothing of the environment reaches it): one interpreter start in all, as without namespaces.
 _LAUNCHER = """import ctypes, os, sys
 libc = ctypes.CDLL(None, use_errno=True)
 def mount(src, dst, fstype, flags, data):
@@ -249,7 +250,11 @@ for d in ("/tmp", "/var/tmp"):
 if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
     raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
 os.chdir("/dev/shm/work")
-os.execv(sys.argv[4], sys.argv[4:])
+del libc, mount
+sys.dont_write_bytecode = True  # -B
+sys.argv = sys.argv[4:]
+import runpy
+runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
@@ -265,7 +270,7 @@ def process_argv(iso: Isolation, job_dir: str, tmp_bytes: int, uid: int | None) 
     user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
     return [unshare, *user, "--fork", "--pid", "--mount-proc", "--kill-child", "--mount", "--propagation", "private",
             iso.python, "-S", "-I", "-c", _LAUNCHER, str(tmp_bytes), job_dir, "" if uid is None else str(uid),
-            iso.python, *PYTHON_FLAGS, f"{PROCESS_VIEW}/job/driver.py", f"{PROCESS_VIEW}/job/job.json"]
+            f"{PROCESS_VIEW}/job/driver.py", f"{PROCESS_VIEW}/job/job.json"]
 
 
 _warned: set[str] = set()
