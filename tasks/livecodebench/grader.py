@@ -145,10 +145,12 @@ def fingerprint(text: str) -> str:
     return f"<{len(data)} bytes, sha256 {hashlib.sha256(data).hexdigest()[:12]}>"
 
 
-def mismatch(got: Any, want: str, public: bool) -> str:
-    """The failure detail of a wrong answer: quoted for a public test, fingerprints for a hidden one."""
+def mismatch(got: Any, want: str, public: bool, text: bool) -> str:
+    """The failure detail of a wrong answer: quoted for a public test (``repr`` for stdout ``text``, JSON for a
+    functional value), fingerprints for a hidden one."""
     if public:
-        return f"got {_short(got)!r}, expected {_short(want)!r}"
+        return f"got {_short(got)!r}, expected {_short(want)!r}" if text else \
+            f"got {_short(got)}, expected {_short(want)}"
     got_text = got if isinstance(got, str) else _short(got, 1 << 20)
     return f"got {fingerprint(got_text)}, expected {fingerprint(want)}"
 
@@ -187,10 +189,10 @@ def grade(problem: Problem, code: str | None, settings: GradeSettings) -> Verdic
                 got = msg.get("stdout")
                 ok = isinstance(got, str) and not msg.get("truncated") and stdout_matches(got, want)
                 detail = "output over task.max_output_mb" if msg.get("truncated") else \
-                    mismatch(str(got).strip(), want.strip(), public)
+                    mismatch(str(got).strip(), want.strip(), public, text=True)
             else:
                 ok = "value" in msg and msg["value"] == json.loads(want)
-                detail = mismatch(msg.get("value"), want, public)
+                detail = mismatch(msg.get("value"), want, public, text=False)
             if not ok:
                 failure.append(("wrong_answer", f"test {i}: {detail}"))
             return ok
