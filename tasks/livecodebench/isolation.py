@@ -64,8 +64,8 @@ class Isolation:
             "no_network": bwrap,
             "read_only_filesystem": bwrap,
             "data_files_hidden": bwrap,
-            "cannot_signal_harness": bwrap or self.fresh_uid,
-            "cannot_read_harness_environ": bwrap or self.fresh_uid,
+            "cannot_signal_harness": True,  # own PID namespace in both modes
+            "cannot_read_harness_environ": True,  # own /proc
             "no_process_survives": True,
             "nothing_left_in_tmp": True,
             "cannot_write_harness_files": bwrap or self.fresh_uid,
