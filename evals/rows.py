@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+from tasks.base import iter_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -53,39 +56,87 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
+MEASURED_COLUMNS = ("prompt_tokens", "gen_tokens", "latency_s", "kv_tokens_peak", "kv_bytes_peak",
+                    "kv_prefill_bytes_peak", "kv_bytes_after_prefill", "kv_bytes_final")
+IDENTITY_COLUMNS = ("task", "model", "method")  # a row whose values differ from the file's first row is foreign
+
+
+def is_number(value: Any) -> bool:
+    """A JSON number that is a real measurement: int or float, not bool, not NaN/inf."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def check_measured(record: dict[str, Any], where: str) -> None:
+    """Raise ``ValueError`` naming ``where`` and the column when a measured column is neither a number nor null."""
+    for name in MEASURED_COLUMNS:
+        value = record.get(name)
+        if value is not None and not is_number(value):
+            raise ValueError(f"{where}: column {name} must be a number or null, got {_brief(value)}")
+
+
+def _brief(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def repair_tail(path: Path) -> None:
-    """Cut a partial last line (no trailing newline) left by an interrupted write."""
+    """Cut a partial last line (no trailing newline) left by an interrupted write; reads only the tail."""
     if not path.is_file() or path.stat().st_size == 0:
         return
     with path.open("rb+") as fh:
+        size = fh.seek(0, os.SEEK_END)
         fh.seek(-1, os.SEEK_END)
         if fh.read(1) == b"\n":
             return
-        data = path.read_bytes()
-        keep = data.rfind(b"\n") + 1
-        log.warning("samples.jsonl: dropping a partial last line (%d bytes) left by an interrupted run",
-                    len(data) - keep)
+        end, keep = size, 0
+        while end > 0:  # scan back for the last newline, 64 KiB at a time
+            start = max(0, end - (1 << 16))
+            fh.seek(start)
+            nl = fh.read(end - start).rfind(b"\n")
+            if nl >= 0:
+                keep = start + nl + 1
+                break
+            end = start
+        log.warning("%s: dropping a partial last line (%d bytes) left by an interrupted run", path.name, size - keep)
         fh.truncate(keep)
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:
-    """All whole rows of a ``samples.jsonl`` (none if it does not exist)."""
+    """All rows of a ``samples.jsonl`` (none if it does not exist), after cutting a torn tail.
+
+    Every row must be a JSON object with an ``item_id`` (string or integer), an integer ``sample_idx``, numbers or
+    nulls in the measured columns, and the same ``task``/``model``/``method`` as the first row (rows of another run
+    are refused, never counted). Raises ``ValueError`` naming the file and line, in one line.
+    """
     if not path.is_file():
         return []
+    repair_tail(path)
     rows = []
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.endswith("\n"):
-                break  # torn tail: not a row
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path} line {lineno}: malformed row ({exc.msg})") from exc
+    reference: dict[str, Any] | None = None
+    for lineno, rec in iter_jsonl(path, field="samples.jsonl"):
+        where = f"{path} line {lineno}"
+        item_id, idx = rec.get("item_id"), rec.get("sample_idx")
+        if isinstance(item_id, bool) or not isinstance(item_id, (str, int)):
+            raise ValueError(f"{where}: not a row of this harness (item_id must be a string or an integer, "
+                             f"got {_brief(item_id)})")
+        if isinstance(idx, bool) or not isinstance(idx, int) or idx < 0:
+            raise ValueError(f"{where}: not a row of this harness (sample_idx must be an integer >= 0, "
+                             f"got {_brief(idx)})")
+        check_measured(rec, where)
+        ident = {k: rec.get(k) for k in IDENTITY_COLUMNS}
+        if reference is None:
+            reference = ident
+        elif ident != reference:
+            diff = next(k for k in IDENTITY_COLUMNS if ident[k] != reference[k])
+            raise ValueError(f"{where}: a row of another run ({diff}={_brief(ident[diff])}, the file's first row has "
+                             f"{_brief(reference[diff])}); move it out or choose another hydra.run.dir")
+        rows.append(rec)
     return rows
 
 
 def done_keys(rows: Iterable[dict[str, Any]]) -> set[tuple[str, int]]:
-    return {(str(r["item_id"]), int(r["sample_idx"])) for r in rows}
+    """``(item_id, sample_idx)`` of rows read by :func:`read_rows` (which checked their types)."""
+    return {(str(r["item_id"]), r["sample_idx"]) for r in rows}
 
 
 def tidy(rows: list[dict[str, Any]]):

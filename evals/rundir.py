@@ -9,6 +9,7 @@ import os
 import platform
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -78,13 +79,54 @@ def clear_results(run_dir: Path) -> None:
     shutil.rmtree(run_dir / "plots", ignore_errors=True)
 
 
+HYDRA_FILES = (".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml")
+OWN_FILES = (*HYDRA_FILES, LOCK)  # what a run that never started may have written
+
+
+def _process_start() -> float:
+    """When this process started (epoch seconds): the ctime of its ``/proc`` entry, else now."""
+    try:
+        return os.stat(f"/proc/{os.getpid()}").st_ctime
+    except OSError:
+        return time.time()
+
+
 def remove_if_empty(run_dir: Path) -> None:
-    """After a failure before any work: delete a run dir holding nothing but Hydra's bookkeeping."""
+    """After a failure before any work: remove what this run wrote there and then the folder, only if that leaves
+    it empty (``rmdir``, never a recursive delete). This run's files are Hydra's ``.hydra/*.yaml`` and the run's
+    ``.lock`` written since this process started, and a ``*.log`` whose first line is a Hydra log record stamped since then (Hydra appends
+    to an existing log, so a user's older log starts with an older stamp and is kept, with the folder)."""
     if not run_dir.is_dir():
         return
-    leftovers = [p for p in run_dir.iterdir() if p.name != ".hydra" and not p.name.endswith(".log")]
-    if not leftovers:
-        shutil.rmtree(run_dir, ignore_errors=True)
+    since = _process_start() - 2.0
+    for path in [run_dir / name for name in OWN_FILES] + sorted(run_dir.glob("*.log")):
+        try:
+            if path.is_symlink() or not path.is_file() or path.stat().st_mtime < since:
+                continue
+            if path.suffix == ".log" and not _log_started_since(path, since):
+                continue
+            path.unlink()
+        except OSError:
+            continue
+    for folder in (run_dir / ".hydra", run_dir):
+        try:
+            folder.rmdir()  # only if empty
+        except OSError:
+            pass
+
+
+def _log_started_since(path: Path, since: float) -> bool:
+    """Whether a log file is empty or begins with a Hydra record ``[YYYY-MM-DD HH:MM:SS,mmm]...`` (local time)
+    stamped at or after ``since``."""
+    with path.open("rb") as fh:
+        head = fh.read(64)
+    if not head:
+        return True
+    try:
+        stamp = datetime.strptime(head[1:20].decode("ascii"), "%Y-%m-%d %H:%M:%S")
+    except (UnicodeDecodeError, ValueError):
+        return False
+    return head[:1] == b"[" and stamp.timestamp() >= int(since)
 
 
 def write_atomic(path: Path, text: str) -> None:

@@ -8,6 +8,8 @@ and an attention mask covering the full logical length (so positions stay true).
 
 from __future__ import annotations
 
+import math
+
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -37,6 +39,10 @@ class SamplingConfig:
     n: int = 1
 
     def __post_init__(self) -> None:
+        for name in ("max_new_tokens", "temperature", "top_p", "top_k", "n"):  # NaN passes every comparison below
+            if isinstance(getattr(self, name), float) and not math.isfinite(getattr(self, name)):
+                key = "n_samples" if name == "n" else name
+                raise ValueError(f"gen.{key}: must be finite, got {getattr(self, name)}")
         if self.max_new_tokens < 1:
             raise ValueError(f"gen.max_new_tokens: must be >= 1, got {self.max_new_tokens}")
         if self.temperature < 0:

@@ -59,14 +59,63 @@ def split_thinking(completion: str, thinking: bool) -> tuple[str, bool]:
     return completion, True
 
 
-def read_records(path: str | Path) -> list[dict[str, Any]]:
+MAX_JSON_DEPTH = 64  # the deepest real record: a task line (1) holding a functional test value (a few levels)
+
+
+def too_deep(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether a parsed JSON value nests lists/dicts deeper than ``limit`` (iterative: never recurses)."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, dict)):
+            if depth >= limit:
+                return True
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return False
+
+
+def loads_bounded(text: str | bytes, where: str, max_depth: int = MAX_JSON_DEPTH,
+                  max_objects: int | None = None) -> Any:
+    """``json.loads`` for untrusted text: raises ``ValueError`` starting with ``where`` for malformed JSON, invalid
+    UTF-8 (with the byte offset), nesting deeper than ``max_depth`` (never a ``RecursionError``) or, when
+    ``max_objects`` is given, more JSON objects than that (the parse stops at the first one over)."""
+    hook = None
+    if max_objects is not None:
+        count = [0]
+
+        def hook(obj: dict) -> dict:
+            count[0] += 1
+            if count[0] > max_objects:
+                raise _TooMany
+            return obj
+    try:
+        value = json.loads(text, object_hook=hook)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{where} is not valid JSON: {exc.msg}") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{where}: invalid UTF-8 at byte {exc.start}") from None
+    except RecursionError:
+        raise ValueError(f"{where}: JSON nested deeper than {max_depth} levels") from None
+    except _TooMany:
+        raise ValueError(f"{where}: more than {max_objects} JSON objects") from None
+    if too_deep(value, max_depth):
+        raise ValueError(f"{where}: JSON nested deeper than {max_depth} levels")
+    return value
+
+
+class _TooMany(Exception):
+    """Raised inside ``json.loads`` to stop a parse at an object budget."""
+
+
+def read_records(path: str | Path, field: str = "task.path") -> list[dict[str, Any]]:
     """Read a ``.jsonl``/``.json``/``.parquet`` file into a list of dicts.
 
-    Raises ``ValueError`` naming the file (and the line, for JSONL) when it is missing or malformed.
+    Raises ``ValueError`` naming the file (and the line, for JSONL) when it is missing or malformed, not UTF-8, or
+    nested deeper than :data:`MAX_JSON_DEPTH`.
     """
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"task.path: no such file: {path}")
+        raise ValueError(f"{field}: no such file: {path}")
     suffix = path.suffix.lower()
     if suffix == ".parquet":
         import pandas as pd  # local: keep task imports light
@@ -74,35 +123,44 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
         try:
             return pd.read_parquet(path).to_dict(orient="records")
         except Exception as exc:  # noqa: BLE001 - report any reader failure as a data error
-            raise ValueError(f"task.path: cannot read parquet {path}: {exc}") from exc
+            raise ValueError(f"{field}: cannot read parquet {path}: {exc}") from exc
     if suffix == ".json":
+        raw = path.read_bytes()
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"task.path: malformed JSON in {path} (line {exc.lineno}): {exc.msg}") from exc
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = raw.count(b"\n", 0, exc.start) + 1
+            raise ValueError(f"{field}: {path} line {line}: invalid UTF-8 at byte {exc.start}") from None
+        try:
+            data = loads_bounded(text, f"{field}: {path}")
+        except ValueError as exc:
+            lineno = getattr(exc.__context__, "lineno", None)
+            raise ValueError(f"{exc}" + (f" (line {lineno})" if lineno else "")) from None
         if not isinstance(data, list):
-            raise ValueError(f"task.path: {path} must hold a JSON list of records")
+            raise ValueError(f"{field}: {path} must hold a JSON list of records")
         return data
-    return [record for _, record in iter_jsonl(path)]
+    return [record for _, record in iter_jsonl(path, field)]
 
 
 def iter_jsonl(path: str | Path, field: str = "task.path") -> Iterator[tuple[int, dict[str, Any]]]:
     """Stream ``(line number, record)`` from a JSONL file, skipping blank and ``//`` comment lines.
 
-    Raises ``ValueError`` prefixed by ``field`` (the config key that named the file) and naming the line
-    when a line is not a JSON object.
+    Raises ``ValueError`` prefixed by ``field`` (the config key that named the file) and naming the file and line
+    when a line is not valid UTF-8, not a JSON object, or nested deeper than :data:`MAX_JSON_DEPTH`.
     """
     path = Path(path)
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
+    with path.open("rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            where = f"{field}: {path} line {lineno}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"{where}: invalid UTF-8 at byte {exc.start} of the line") from None
             if not line.strip() or line.lstrip().startswith("//"):
                 continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{field}: malformed JSON in {path} line {lineno}: {exc.msg}") from exc
+            record = loads_bounded(line, where)
             if not isinstance(record, dict):
-                raise ValueError(f"{field}: {path} line {lineno} is not a JSON object")
+                raise ValueError(f"{where}: not a JSON object")
             yield lineno, record
 
 

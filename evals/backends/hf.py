@@ -31,6 +31,7 @@ class HFBackend:
         attach(self.model)
         self.eos = self._eos_ids()
         self.pad = self.tokenizer.pad_token_id
+        self._warned_positions = False
 
     def _eos_ids(self) -> list[int]:
         ids: set[int] = set()
@@ -41,6 +42,17 @@ class HFBackend:
         vocab = self.tokenizer.get_vocab()
         ids.update(vocab[t] for t in END_OF_TURN if t in vocab)
         return sorted(ids)
+
+    def _check_positions(self, prompt_tokens: int, max_new: int) -> None:
+        """Warn once per backend when ``prompt + max_new_tokens`` passes the model's trained positions
+        (``max_position_embeddings``): decoding goes on with positions the model never saw, for a long time."""
+        positions = getattr(self.model.config, "max_position_embeddings", None)
+        if positions is None or prompt_tokens + max_new <= positions or self._warned_positions:
+            return
+        self._warned_positions = True
+        log.warning("gen.max_new_tokens=%d with a prompt of %d tokens goes past the %d positions %s was trained for: "
+                    "tokens beyond position %d are generated out of distribution (lower gen.max_new_tokens)",
+                    max_new, prompt_tokens, positions, self.model_cfg.name, positions)
 
     def samples_for(self, item_id: str, n: int) -> list[int]:
         return list(range(n))
@@ -88,6 +100,7 @@ class HFBackend:
         max_new = first.max_new_tokens or task_max or self.sampling.max_new_tokens
         n = len(first.sample_idx)
         sampling = replace(self.sampling, n=n, max_new_tokens=max_new, **gen)
+        self._check_positions(max(len(e) for e in encoded), max_new)
         stop = first.prompt.stop
         start = time.perf_counter()
         out = generate(

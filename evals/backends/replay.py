@@ -11,6 +11,7 @@ import logging
 from pathlib import Path
 
 from evals.backends.base import Request, Sample
+from evals.rows import check_measured
 from tasks.base import Prompt, iter_jsonl
 
 log = logging.getLogger(__name__)
@@ -19,22 +20,31 @@ CARRIED = ("kv_tokens_peak", "kv_bytes_peak", "kv_prefill_bytes_peak", "kv_bytes
 
 
 def read_completions(path: str | Path) -> dict[tuple[str, int], dict]:
-    """``{(item_id, sample_idx): record}``; raises ``ValueError`` naming the file and line on bad input."""
+    """``{(item_id, sample_idx): record}``; raises ``ValueError`` naming the file and line on bad input: an
+    ``item_id`` that is not a string or integer, a ``sample_idx`` that is not an integer >= 0 (``1.9`` or ``true``
+    are refused, not coerced), a measured column that is not a number or null, a ``finish_reason`` that is not a
+    string or null."""
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"backend.path: no such file: {path}")
     records: dict[tuple[str, int], dict] = {}
     for lineno, rec in iter_jsonl(path, field="backend.path"):
+        where = f"backend.path: {path} line {lineno}"
         if "item_id" not in rec or "completion" not in rec:
-            raise ValueError(f"backend.path: {path} line {lineno}: needs fields item_id and completion")
+            raise ValueError(f"{where}: needs fields item_id and completion")
         if not isinstance(rec["completion"], str):
-            raise ValueError(f"backend.path: {path} line {lineno}: completion must be a string")
-        try:
-            key = (str(rec["item_id"]), int(rec.get("sample_idx", 0)))
-        except (TypeError, ValueError):
-            raise ValueError(f"backend.path: {path} line {lineno}: sample_idx must be an integer") from None
+            raise ValueError(f"{where}: completion must be a string")
+        item_id, idx = rec["item_id"], rec.get("sample_idx", 0)
+        if isinstance(item_id, bool) or not isinstance(item_id, (str, int)) or str(item_id).strip() == "":
+            raise ValueError(f"{where}: item_id must be a non-empty string or an integer")
+        if isinstance(idx, bool) or not isinstance(idx, int) or idx < 0:
+            raise ValueError(f"{where}: sample_idx must be an integer >= 0")
+        check_measured(rec, where)
+        if rec.get("finish_reason") is not None and not isinstance(rec["finish_reason"], str):
+            raise ValueError(f"{where}: finish_reason must be a string or null")
+        key = (str(item_id), idx)
         if key in records:
-            raise ValueError(f"backend.path: {path} line {lineno}: duplicate (item_id, sample_idx) {key}")
+            raise ValueError(f"{where}: duplicate (item_id, sample_idx) {key}")
         records[key] = rec
     return records
 

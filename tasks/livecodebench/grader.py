@@ -6,14 +6,20 @@
 * tests run in order, public first; the first failure decides the outcome; a sample passes when every test passes.
 
 Outcomes: ``passed``, ``wrong_answer``, ``timeout``, ``runtime_error`` (an exception, a crash, a resource limit,
-or tampering with the result channel), ``compile_error`` (the code does not compile), ``no_code`` (nothing to run).
+or a resource limit), ``compile_error`` (the code does not compile), ``no_code`` (nothing to run),
+``protocol_error`` (the result channel was tampered with: unreadable, too long, too deep or out of order).
+
+Failure messages never quote a hidden test: for a private test they give the length and a SHA-256 prefix of the
+expected and produced outputs; only public tests (shown in the prompt) are quoted, shortened.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
+import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -27,7 +33,16 @@ from tasks.livecodebench.sandbox import Limits, RunResult, SandboxError, execute
 
 log = logging.getLogger(__name__)
 
-OUTCOMES = ("passed", "wrong_answer", "timeout", "runtime_error", "compile_error", "no_code")
+OUTCOMES = ("passed", "wrong_answer", "timeout", "runtime_error", "compile_error", "no_code", "protocol_error")
+
+
+def _number(cfg: Any, name: str, default: Any, kind: type = int) -> Any:
+    """``task.<name>`` as ``kind``: an integer knob takes whole numbers only, every knob finite numbers only."""
+    value = get(cfg, name, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or \
+            (kind is int and value != int(value)):
+        raise ValueError(f"task.{name}: expected a finite {'integer' if kind is int else 'number'}, got {value!r}")
+    return kind(value)
 
 
 @dataclass(frozen=True)
@@ -44,17 +59,20 @@ class GradeSettings:
             raise ValueError(f"task.sandbox: expected one of {', '.join(isolation.MODES)}, got {self.sandbox!r}")
         if self.exec_workers is not None and self.exec_workers < 1:
             raise ValueError(f"task.exec_workers: must be >= 1 or null, got {self.exec_workers}")
-        if self.python is not None and not os.access(self.python, os.X_OK):
-            raise ValueError(f"task.python: not an executable: {self.python}")
+        if self.python is not None and not (os.path.isfile(self.python) and os.access(self.python, os.X_OK)):
+            raise ValueError(f"task.python: not an executable file: {self.python}")
 
     @classmethod
     def from_cfg(cls, cfg: Any) -> GradeSettings:
-        limits = Limits(timeout_s=float(get(cfg, "timeout_s", 6.0)), memory_mb=int(get(cfg, "memory_mb", 4096)),
-                        max_output_mb=int(get(cfg, "max_output_mb", 16)), nofile=int(get(cfg, "nofile", 256)),
-                        nproc=int(get(cfg, "nproc", 64)))
+        """The settings of a ``task`` config; a knob of the wrong type is a ``ValueError`` naming it."""
+        limits = Limits(timeout_s=_number(cfg, "timeout_s", 6.0, float), memory_mb=_number(cfg, "memory_mb", 4096),
+                        max_output_mb=_number(cfg, "max_output_mb", 16), nofile=_number(cfg, "nofile", 256),
+                        nproc=_number(cfg, "nproc", 64))
         workers = get(cfg, "exec_workers")
-        return cls(limits=limits, sandbox=str(get(cfg, "sandbox", "auto")), python=get(cfg, "python"),
-                   exec_workers=None if workers is None else int(workers))
+        python = get(cfg, "python")
+        return cls(limits=limits, sandbox=str(get(cfg, "sandbox", "auto")),
+                   python=None if python is None else str(python),
+                   exec_workers=None if workers is None else _number(cfg, "exec_workers", None))
 
     @property
     def workers(self) -> int:
@@ -113,8 +131,28 @@ def stdout_matches(actual: str, expected: str) -> bool:
 
 
 def _short(value: Any, width: int = 80) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    """``value`` as bounded text (a string as is, anything else as JSON); never raises."""
+    try:
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    except (ValueError, TypeError, RecursionError):
+        text = f"<{type(value).__name__}>"
     return text if len(text) <= width else text[: width // 2] + "…" + text[-width // 2:]
+
+
+def fingerprint(text: str) -> str:
+    """What a row may say about a hidden text: its length and a SHA-256 prefix."""
+    data = text.encode("utf-8", "surrogatepass")
+    return f"<{len(data)} bytes, sha256 {hashlib.sha256(data).hexdigest()[:12]}>"
+
+
+def mismatch(got: Any, want: str, public: bool, text: bool) -> str:
+    """The failure detail of a wrong answer: quoted for a public test (``repr`` for stdout ``text``, JSON for a
+    functional value), fingerprints for a hidden one."""
+    if public:
+        return f"got {_short(got)!r}, expected {_short(want)!r}" if text else \
+            f"got {_short(got)}, expected {_short(want)}"
+    got_text = got if isinstance(got, str) else _short(got, 1 << 20)
+    return f"got {fingerprint(got_text)}, expected {fingerprint(want)}"
 
 
 def _fit_output(limits: Limits, problem: Problem) -> Limits:
@@ -136,19 +174,25 @@ def grade(problem: Problem, code: str | None, settings: GradeSettings) -> Verdic
         failure: list[tuple[str, str]] = []
 
         def on_result(i: int, msg: dict) -> bool:
-            if not msg.get("ok"):
-                failure.append(("runtime_error", f"test {i}: {msg.get('error', 'error')}"))
+            try:
+                return check(i, msg)
+            except (ValueError, TypeError, RecursionError, MemoryError) as exc:  # a forged result message
+                failure.append(("protocol_error", f"test {i}: unusable result ({type(exc).__name__})"))
                 return False
-            want = problem.tests[i].output
+
+        def check(i: int, msg: dict) -> bool:
+            if not msg.get("ok"):
+                failure.append(("runtime_error", f"test {i}: {_short(msg.get('error', 'error'), 400)}"))
+                return False
+            want, public = problem.tests[i].output, i < problem.n_public
             if problem.kind == "stdin":
                 got = msg.get("stdout")
                 ok = isinstance(got, str) and not msg.get("truncated") and stdout_matches(got, want)
                 detail = "output over task.max_output_mb" if msg.get("truncated") else \
-                    f"got {_short(str(got).strip())!r}, expected {_short(want.strip())!r}"
+                    mismatch(str(got).strip(), want.strip(), public, text=True)
             else:
                 ok = "value" in msg and msg["value"] == json.loads(want)
-                got = msg.get("value")
-                detail = f"got {_short(got)}, expected {_short(want)}"
+                detail = mismatch(msg.get("value"), want, public, text=False)
             if not ok:
                 failure.append(("wrong_answer", f"test {i}: {detail}"))
             return ok
@@ -176,7 +220,10 @@ def _verdict(result: RunResult, failure: list[tuple[str, str]], total: int, mode
         outcome, error = "timeout", f"{where}: over the time limit"
     elif result.status == "compile_error":
         outcome, error = "compile_error", result.error
-    else:  # crashed, load_error, protocol_error
+    elif result.status == "protocol_error":
+        where = f"test {index}" if index is not None else "loading the program"
+        outcome, error = "protocol_error", f"{where}: {result.error}"
+    else:  # crashed, load_error
         where = f"test {index}" if index is not None else "loading the program"
         outcome, error = "runtime_error", f"{where}: {result.status}: {result.error}"
     return Verdict(outcome, passed, total, None if outcome == "passed" else index, error,

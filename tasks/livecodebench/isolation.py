@@ -2,13 +2,17 @@
 
 Two modes (``task.sandbox``):
 
-* ``bwrap`` — bubblewrap (the sandbox Flatpak uses): a read-only view of ``/``, a fresh ``/proc`` and ``/dev``,
-  a size-capped private ``/tmp``, no network (own network namespace), own PID namespace (nothing outside is
-  visible or killable, and everything inside dies with it), the harness user's home and the task's data files
-  masked. When the harness runs as root, bwrap runs without a user namespace and the program runs under a fresh
-  unprivileged uid (a root process ignores RLIMIT_NPROC).
-* ``process`` — the fallback when bwrap is missing or not permitted: a fresh interpreter in its own session and
-  process group, rlimits, an empty temporary directory, a scrubbed environment, and the wall-clock kill. When the
+* ``bwrap`` — bubblewrap (the sandbox Flatpak uses): an empty root holding, read-only, only the system library
+  folders, the interpreter and its packages (:func:`view_plan`: not the project, ``results/``, home, ``/run`` or
+  anyone's sockets), a fresh ``/proc`` and ``/dev``, a size-capped private ``/tmp``, no network (own network
+  namespace), own PID namespace (nothing outside is visible or killable, and everything inside dies with it), the
+  task's data files covered. When the harness runs as root, bwrap runs without a user namespace and the program
+  runs under a fresh unprivileged uid (a root process ignores RLIMIT_NPROC).
+* ``process`` — the fallback when bwrap is missing or not permitted: a fresh interpreter as PID 1 of its own PID
+  namespace (the kill reaches every process it started) with its own mount namespace (``/proc`` of its own; its
+  folder, ``/tmp``, ``/var/tmp`` and ``/dev/shm`` on one size-capped tmpfs that vanishes with it), ``no_new_privs``,
+  rlimits, a scrubbed environment, and the wall-clock kill (see :func:`process_argv`; without util-linux's
+  ``unshare`` or namespaces, the probe fails and process mode refuses to run). When the
   harness runs as root and the interpreter is readable by other users, the program also runs under a fresh uid, so
   it cannot write the harness's files, signal its processes or read their environment, and whatever it leaves
   running is killed by uid. It has the network and sees the file system.
@@ -60,9 +64,10 @@ class Isolation:
             "no_network": bwrap,
             "read_only_filesystem": bwrap,
             "data_files_hidden": bwrap,
-            "cannot_signal_harness": bwrap or self.fresh_uid,
-            "cannot_read_harness_environ": bwrap or self.fresh_uid,
-            "no_process_survives": bwrap or self.fresh_uid,
+            "cannot_signal_harness": True,  # own PID namespace in both modes
+            "cannot_read_harness_environ": True,  # own /proc
+            "no_process_survives": True,
+            "nothing_left_in_tmp": True,
             "cannot_write_harness_files": bwrap or self.fresh_uid,
         }
 
@@ -129,34 +134,57 @@ def readable_by_others(python: str) -> bool:
     return all(closed_ancestor(p) is None for p in interpreter_paths(python))
 
 
-def mask_plan(needed: tuple[str, ...], masks: set[str], hidden: tuple[str, ...], blank: str,
-              tmpfs_opts: dict[str, list[str]] | None = None) -> list[str]:
-    """bwrap arguments that hide ``masks`` (tmpfs, with ``tmpfs_opts[mask]`` or mode 0755) but re-expose ``needed``
-    under them, then cover each file of ``hidden`` with the empty file ``blank``. A mask with ``tmpfs_opts`` (the
-    private ``/tmp``) is always made, even where the interpreter needs the whole folder."""
-    args: list[str] = []
-    masked: list[str] = []
+SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32", "/etc/ld.so.cache",
+                "/etc/localtime")  # the shared libraries and tools an interpreter links against; nothing else of /
+PROJECT_ROOT = str(Path(__file__).resolve().parents[2])  # a checkout: results/, data and configs live under it
+
+
+def view_plan(needed: tuple[str, ...], hidden: tuple[str, ...], blank: str, tmp_opts: list[str],
+              private: tuple[str, ...] = ()) -> list[str]:
+    """bwrap arguments that build the program's whole view of the file system on an empty root: a private
+    ``/tmp`` (``tmp_opts``), the system library folders of :data:`SYSTEM_PATHS` (symlinks kept as symlinks) and the
+    folders of ``needed`` (the interpreter, its standard library and packages), read-only. Nothing else of ``/``
+    exists inside: not the project, not ``results/``, not home, not ``/run`` or other users' sockets. A folder of
+    ``private`` (the project, home) that lies inside what is shown is covered by an empty tmpfs, with the ``needed``
+    folders below it shown again (a virtualenv inside the checkout); each file of ``hidden`` still visible is
+    covered by the empty file ``blank``."""
+    args = [*tmp_opts, "--tmpfs", "/tmp"]
+    shown: list[str] = []
+    made: set[str] = {"/", "/tmp"}
+
+    def bind(path: str) -> None:
+        for parent in reversed(Path(path).parents):  # bwrap would create them 0700: unreadable for a fresh uid
+            d = str(parent)
+            if d not in made and not any(_under(d, s) for s in shown):
+                args.extend(["--perms", "0755", "--dir", d])
+                made.add(d)
+        args.extend(["--ro-bind", path, path])
+        made.add(path)
+
+    for path in SYSTEM_PATHS:
+        if os.path.islink(path):
+            args.extend(["--symlink", os.readlink(path), path])
+        elif os.path.exists(path):
+            bind(path)
+            shown.append(path)
+    for path in sorted(set(needed)):
+        if not any(_under(path, s) for s in shown):
+            bind(path)
+            shown.append(path)
     exposed: list[str] = []
-    for mask in sorted(masks):
+    for mask in sorted(set(private)):
         inside = [p for p in needed if _under(p, mask)]
-        if mask == "/" or (mask in inside and mask not in (tmpfs_opts or {})):
-            continue  # the interpreter needs the whole folder: masking it would break the program
-        args += [*(tmpfs_opts or {}).get(mask, ["--perms", "0755"]), "--tmpfs", mask]
-        keep = [p for p in inside if not any(q != p and _under(p, q) for q in inside)]
-        made: set[str] = set()
-        for p in keep:
-            for parent in reversed(Path(p).parents):  # bwrap would create them 0700: unreadable for a fresh uid
-                d = str(parent)
-                if _under(d, mask) and d != mask and d not in made:
-                    args += ["--perms", "0755", "--dir", d]
-                    made.add(d)
-            args += ["--ro-bind", p, p]
-        masked.append(mask)
-        exposed += keep
+        if mask == "/" or mask in inside or not any(_under(mask, s) for s in shown):
+            continue  # needed whole (an installed package), or not visible anyway
+        args.extend(["--perms", "0755", "--tmpfs", mask])
+        for p in sorted(inside):
+            if not any(q != p and _under(p, q) for q in inside):
+                args.extend(["--ro-bind", p, p])
+                exposed.append(p)
     for path in hidden:
-        if any(_under(path, m) for m in masked) and not any(_under(path, e) for e in exposed):
-            continue  # already invisible
-        args += ["--ro-bind", blank, path]
+        masked = any(_under(path, m) for m in private if m != "/")
+        if any(_under(path, s) for s in shown) and (not masked or any(_under(path, e) for e in exposed)):
+            args.extend(["--ro-bind", blank, path])
     return args
 
 
@@ -173,21 +201,16 @@ def bwrap_version() -> tuple[int, ...]:
 
 
 def bwrap_argv(iso: Isolation, job_dir: str, tmp_bytes: int, hidden: tuple[str, ...]) -> list[str]:
-    """The bubblewrap command that runs the driver of ``job_dir`` (see the module docstring for the layout);
-    ``job_dir/blank`` must be an empty, world-readable file (it covers the ``hidden`` files)."""
-    needed = interpreter_paths(iso.python)
+    """The bubblewrap command that runs the driver of ``job_dir`` (see the module docstring and :func:`view_plan`
+    for the view); ``job_dir/blank`` must be an empty, world-readable file (it covers the ``hidden`` files)."""
     home = os.path.realpath(os.path.expanduser("~"))
-    masks = {home} if home not in ("/", "") else set()
-    if iso.fresh_uid:
-        masks |= {a for a in (closed_ancestor(p) for p in needed) if a}
-    # The private /tmp is one more mask: an interpreter or project that lives under /tmp stays visible (read-only).
-    masks.add("/tmp")
     tmp_opts = ["--perms", "1777"] + (["--size", str(tmp_bytes)] if bwrap_version() >= (0, 8) else [])
-    argv = [shutil.which("bwrap") or "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     hidden = tuple(os.path.realpath(h) for h in hidden if os.path.isfile(h))
-    argv += mask_plan(needed, masks, hidden, os.path.join(job_dir, "blank"), {"/tmp": tmp_opts})
-    argv += ["--remount-ro", "/dev", "--ro-bind", job_dir, JOB_DIR,
-             "--perms", "1777", "--dir", WORK_DIR, "--chdir", WORK_DIR]
+    argv = [shutil.which("bwrap") or "bwrap"]
+    argv += view_plan(interpreter_paths(iso.python), hidden, os.path.join(job_dir, "blank"), tmp_opts,
+                      (PROJECT_ROOT, home))
+    argv += ["--dev", "/dev", "--proc", "/proc", "--remount-ro", "/dev", "--ro-bind", job_dir, JOB_DIR,
+             "--perms", "1777", "--dir", WORK_DIR, "--remount-ro", "/", "--chdir", WORK_DIR]
     if os.geteuid() == 0:  # no user namespace: then the driver can drop to a real unprivileged uid
         argv += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
                  "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
@@ -196,6 +219,58 @@ def bwrap_argv(iso: Isolation, job_dir: str, tmp_bytes: int, hidden: tuple[str, 
     argv += ["--die-with-parent", "--new-session", "--", iso.python, *PYTHON_FLAGS,
              f"{JOB_DIR}/driver.py", f"{JOB_DIR}/job.json"]
     return argv
+
+
+PROCESS_VIEW = "/dev/shm"  # process mode: where the job, the work folder and the private /tmp appear
+# Run by the interpreter (``-S -I -c``) as PID 1 of fresh PID + mount namespaces: one size-capped tmpfs on /dev/shm
+# holds the job (bound read-only), the program's folder and its /tmp (bound on /tmp and /var/tmp), so nothing it
+# writes outlives the namespace and the total it can write is capped; then no_new_privs, and exec of the driver.
+# mount(2) and prctl(2) through ctypes, then the driver runs in this same interpreter (``-S`` like PYTHON_FLAGS,
+# ``-I`` so that nothing of the environment reaches it): one interpreter start in all, as without namespaces.
+_LAUNCHER = """import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+def mount(src, dst, fstype, flags, data):
+    if libc.mount(src.encode(), dst.encode(), fstype.encode(), flags, data.encode() if data else None) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount {dst}: {os.strerror(err)}")
+size, job, uid = sys.argv[1], sys.argv[2], sys.argv[3]
+MS_RDONLY, MS_REMOUNT, MS_BIND = 1, 32, 4096
+mount("lcb", "/dev/shm", "tmpfs", 0, "size=" + size + ",mode=0755")
+for d in ("job", "work", "tmp"):
+    os.mkdir("/dev/shm/" + d)
+mount(job, "/dev/shm/job", "", MS_BIND, "")
+mount("", "/dev/shm/job", "", MS_REMOUNT | MS_BIND | MS_RDONLY, "")
+os.chmod("/dev/shm/tmp", 0o1777)
+os.chmod("/dev/shm/work", 0o700)
+if uid:
+    os.chown("/dev/shm/work", int(uid), int(uid))
+for d in ("/tmp", "/var/tmp"):
+    if os.path.isdir(d):
+        mount("/dev/shm/tmp", d, "", MS_BIND, "")
+if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+    raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+os.chdir("/dev/shm/work")
+del libc, mount
+sys.dont_write_bytecode = True  # -B
+sys.argv = sys.argv[4:]
+import runpy
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def process_argv(iso: Isolation, job_dir: str, tmp_bytes: int, uid: int | None) -> list[str]:
+    """The command of process mode: ``unshare`` gives the driver a PID namespace (it is PID 1: when it dies, every
+    process the program started dies with it, setuid or not, in any session) and a mount namespace with its own
+    ``/proc`` and one ``tmp_bytes``-capped tmpfs for all it may write; ``PR_SET_NO_NEW_PRIVS`` stops setuid
+    binaries from gaining privileges. Not root: a user namespace maps the harness user to root inside."""
+    unshare = shutil.which("unshare")
+    if not unshare:
+        raise ValueError("task.sandbox=process needs util-linux's unshare (PID and mount namespaces); install "
+                         "util-linux or bubblewrap")
+    user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+    return [unshare, *user, "--fork", "--pid", "--mount-proc", "--kill-child", "--mount", "--propagation", "private",
+            iso.python, "-S", "-I", "-c", _LAUNCHER, str(tmp_bytes), job_dir, "" if uid is None else str(uid),
+            f"{PROCESS_VIEW}/job/driver.py", f"{PROCESS_VIEW}/job/job.json"]
 
 
 _warned: set[str] = set()
@@ -219,7 +294,7 @@ def resolve(requested: str, python: str | None = None) -> Isolation:
     """The isolation for ``task.sandbox`` (``auto``/``bwrap``/``process``); probes bwrap once per process."""
     if requested not in MODES:
         raise ValueError(f"task.sandbox: expected one of {', '.join(MODES)}, got {requested!r}")
-    return _resolve(requested, python or sys.executable)
+    return _resolve(requested, os.path.abspath(python or sys.executable))  # no "..": its folders may not exist inside
 
 
 @functools.lru_cache(maxsize=8)
@@ -245,6 +320,7 @@ def _resolve(requested: str, python: str) -> Isolation:
     iso = Isolation("process", python, fresh_uid=fresh, reason=reason)
     probe_error = probe(iso)
     if probe_error:
-        raise RuntimeError(f"LiveCodeBench: cannot start the grading interpreter {python}: {probe_error}")
+        raise ValueError(f"task.sandbox: process mode cannot run {python} here (it needs PID and mount "
+                         f"namespaces: util-linux unshare, root or user namespaces): {probe_error}")
     warn_once(iso)
     return iso

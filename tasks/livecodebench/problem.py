@@ -8,6 +8,17 @@ metadata (JSON object; ``func_name`` for functional problems)``.
 
 The compressed private tests are decoded with an unpickler that refuses every global: only strings, bytes,
 numbers and containers can come out of it, so a poisoned file raises ``ValueError`` and runs nothing.
+
+Data limits (a zlib bomb or a billion tiny tests is refused with one line naming the file, line and field, before
+it is held whole): :data:`MAX_PROBLEM_BYTES` of decoded tests per problem (public + private), :data:`MAX_TEST_BYTES`
+per test (input + output) and :data:`MAX_TESTS` tests per problem; JSON nested at most ``MAX_JSON_DEPTH`` levels.
+Where the figures come from: a contest test is bounded by the judge's input limits (AtCoder and Codeforces inputs
+of 2·10^5..10^6 numbers are 2..8 MB of text; LeetCode's functional arguments are smaller), LiveCodeBench problems
+carry tens of tests (the bundled items: 5 to 8, the largest 169 KB decoded, compression ratio 1.5..2.5 on
+base64 text), and decoding the whole hub release gives about 12 GB for ~1,000 problems (NVIDIA-NeMo/Gym PR 2806:
+"12.1 GB"), about 11 MB a problem on average. The caps leave an order of magnitude over those figures (32 MiB a
+test, 256 MiB a problem) while cutting the reproduced bombs (340 KB → 1.3 GB, 509 KB → 2.68 million tests) at the
+first limit crossed; the harness then holds at most about three times ``MAX_PROBLEM_BYTES`` while parsing one row.
 """
 
 from __future__ import annotations
@@ -22,12 +33,17 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from tasks.base import loads_bounded
+
 PLATFORMS = ("leetcode", "codeforces", "atcoder")
 DIFFICULTIES = ("easy", "medium", "hard")
 TEST_TYPES = ("stdin", "functional")
 FIELDS = ("question_title", "question_content", "platform", "question_id", "contest_id", "contest_date",
           "starter_code", "difficulty", "public_test_cases", "private_test_cases", "metadata")
-MAX_DECOMPRESSED = 4 << 30  # 4 GiB: larger than any release, small enough to stop a zlib bomb
+MiB = 1 << 20
+MAX_PROBLEM_BYTES = 256 * MiB  # decoded tests of one problem (see the module docstring for the figures)
+MAX_TEST_BYTES = 32 * MiB  # input + output of one test
+MAX_TESTS = 2000  # tests of one problem
 
 
 @dataclass(frozen=True)
@@ -83,7 +99,7 @@ class _PlainUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError("forbidden persistent id")
 
 
-def plain_unpickle(data: bytes) -> Any:
+def plain_unpickle(data: bytes | bytearray) -> Any:
     """``pickle.loads`` restricted to plain data; anything that would call or import raises ``ValueError``."""
     try:
         return _PlainUnpickler(io.BytesIO(data)).load()
@@ -92,17 +108,23 @@ def plain_unpickle(data: bytes) -> Any:
         raise ValueError(f"refused pickle: {exc}") from exc
 
 
-def decode_compressed(text: str) -> str:
-    """base64 → zlib → (restricted) pickle → the JSON string it holds."""
+def decode_compressed(text: str, limit: int = MAX_PROBLEM_BYTES) -> str:
+    """base64 → zlib (at most ``limit`` bytes out) → (restricted) pickle → the JSON string it holds."""
     try:
         raw = base64.b64decode(text.encode("ascii"), validate=False)
         inflater = zlib.decompressobj()
-        data = inflater.decompress(raw, MAX_DECOMPRESSED)
+        data = bytearray()
+        while raw and len(data) <= limit:  # 16 MiB steps: the output never grows past the limit by doubling
+            data += inflater.decompress(raw, 16 * MiB)
+            raw = inflater.unconsumed_tail
+        if not raw:
+            data += inflater.flush()
     except (binascii.Error, zlib.error, UnicodeEncodeError) as exc:
         raise ValueError(f"not base64+zlib: {exc}") from exc
-    if inflater.unconsumed_tail:
-        raise ValueError(f"decompresses to more than {MAX_DECOMPRESSED} bytes")
+    if len(data) > limit or raw:
+        raise ValueError(f"decompresses past the per-problem limit of {MAX_PROBLEM_BYTES >> 20} MiB")
     value = plain_unpickle(data)
+    del data
     if isinstance(value, bytes):
         value = value.decode("utf-8")
     if not isinstance(value, str):
@@ -110,45 +132,51 @@ def decode_compressed(text: str) -> str:
     return value
 
 
-def parse_tests(value: Any, where: str, name: str, compressed_ok: bool) -> list[TestCase]:
-    """A test list from its JSON text (or, for private tests, the compressed form)."""
+def parse_tests(value: Any, where: str, name: str, compressed_ok: bool,
+                budget: int = MAX_PROBLEM_BYTES) -> list[TestCase]:
+    """A test list from its JSON text (or, for private tests, the compressed form), within ``budget`` decoded
+    bytes, :data:`MAX_TEST_BYTES` a test and :data:`MAX_TESTS` tests."""
+    field_where = f"{where}: field '{name}'"
     if isinstance(value, list):
         items = value
     elif isinstance(value, str):
-        try:
-            items = json.loads(value)
-        except json.JSONDecodeError as exc:
-            if not compressed_ok:
-                raise ValueError(f"{where}: field '{name}' is not valid JSON: {exc.msg}") from exc
+        if len(value) > budget:
+            raise ValueError(f"{field_where} is over the per-problem limit of {budget >> 20} MiB")
+        if compressed_ok and not value.lstrip().startswith("["):  # official: json.loads, else the compressed form
             try:
-                items = json.loads(decode_compressed(value))
+                value = decode_compressed(value, budget)
             except (ValueError, UnicodeDecodeError) as err:
-                raise ValueError(f"{where}: field '{name}' is neither JSON nor base64/zlib/pickle JSON: {err}") \
-                    from err
+                raise ValueError(f"{field_where} is neither JSON nor base64/zlib/pickle JSON: {err}") from None
+        items = loads_bounded(value, field_where, max_objects=MAX_TESTS)  # one object a test
     else:
-        raise ValueError(f"{where}: field '{name}' must be a JSON string, got {type(value).__name__}")
+        raise ValueError(f"{field_where} must be a JSON string, got {type(value).__name__}")
     if not isinstance(items, list):
-        raise ValueError(f"{where}: field '{name}' must hold a list of tests")
-    tests = []
+        raise ValueError(f"{field_where} must hold a list of tests")
+    if len(items) > MAX_TESTS:
+        raise ValueError(f"{field_where} holds {len(items)} tests, over the limit of {MAX_TESTS}")
+    tests, total = [], 0
     for k, item in enumerate(items):
         if not isinstance(item, dict) or not all(isinstance(item.get(f), str) for f in ("input", "output")):
-            raise ValueError(f"{where}: field '{name}' test {k} needs string 'input' and 'output'")
+            raise ValueError(f"{field_where} test {k} needs string 'input' and 'output'")
+        size = len(item["input"]) + len(item["output"])
+        if size > MAX_TEST_BYTES:
+            raise ValueError(f"{field_where} test {k} is over the per-test limit of {MAX_TEST_BYTES >> 20} MiB")
+        total += size
+        if total > budget:
+            raise ValueError(f"{field_where}: the tests are over the per-problem limit of {budget >> 20} MiB")
         testtype = item.get("testtype", "stdin")
         if testtype not in TEST_TYPES:
-            raise ValueError(f"{where}: field '{name}' test {k} has testtype {testtype!r}")
+            raise ValueError(f"{field_where} test {k} has testtype {testtype!r}")
         tests.append(TestCase(item["input"], item["output"], testtype))
     return tests
 
 
 def _check_functional(tests: list[TestCase], where: str) -> None:
     for k, test in enumerate(tests):
-        try:
-            for line in test.input.split("\n"):
-                json.loads(line)
-            json.loads(test.output)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{where}: test {k} of a functional problem is not one JSON value a line: "
-                             f"{exc.msg}") from exc
+        for j, line in enumerate(test.input.split("\n")):
+            loads_bounded(line, f"{where}: test {k} of a functional problem, input line {j} "
+                                "(not one JSON value a line)")
+        loads_bounded(test.output, f"{where}: test {k} of a functional problem, the output")
 
 
 def _choice(record: dict, name: str, allowed: tuple[str, ...], where: str) -> str:
@@ -169,14 +197,16 @@ def parse_problem(record: dict, where: str, source_file: str = "") -> Problem:
     except ValueError as exc:
         raise ValueError(f"{where}: field 'contest_date' is not an ISO date: {date!r}") from exc
     metadata = record["metadata"]
-    try:
-        metadata = json.loads(metadata) if isinstance(metadata, str) else (metadata or {})
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{where}: field 'metadata' is not valid JSON: {exc.msg}") from exc
+    metadata = loads_bounded(metadata, f"{where}: field 'metadata'") if isinstance(metadata, str) else \
+        (metadata or {})
     if not isinstance(metadata, dict):
         raise ValueError(f"{where}: field 'metadata' must be a JSON object")
     public = parse_tests(record["public_test_cases"], where, "public_test_cases", compressed_ok=False)
-    private = parse_tests(record["private_test_cases"], where, "private_test_cases", compressed_ok=True)
+    used = sum(len(t.input) + len(t.output) for t in public)
+    private = parse_tests(record["private_test_cases"], where, "private_test_cases", compressed_ok=True,
+                          budget=MAX_PROBLEM_BYTES - used)
+    if len(public) + len(private) > MAX_TESTS:
+        raise ValueError(f"{where}: {len(public) + len(private)} tests, over the limit of {MAX_TESTS}")
     tests = public + private
     if not tests:
         raise ValueError(f"{where}: the problem has no tests")
@@ -185,7 +215,10 @@ def parse_problem(record: dict, where: str, source_file: str = "") -> Problem:
         raise ValueError(f"{where}: field 'metadata.func_name' must be a string")
     if func_name:
         _check_functional(tests, where)
-    qid = str(record["question_id"]).strip()
+    raw_id = record["question_id"]
+    if isinstance(raw_id, bool) or not isinstance(raw_id, (str, int)):
+        raise ValueError(f"{where}: field 'question_id' must be a string or an integer, got {raw_id!r}"[:300])
+    qid = str(raw_id).strip()
     if not qid:
         raise ValueError(f"{where}: field 'question_id' is empty")
     return Problem(

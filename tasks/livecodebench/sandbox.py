@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import math
 import os
 import selectors
 import shutil
@@ -23,12 +24,23 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tasks.livecodebench.isolation import PYTHON_FLAGS, WORK_DIR, Isolation, bwrap_argv, interpreter_sys_path, \
-    sandbox_env
+from tasks.base import too_deep
+from tasks.livecodebench.isolation import PROCESS_VIEW, WORK_DIR, Isolation, bwrap_argv, interpreter_sys_path, \
+    process_argv, sandbox_env
 
 log = logging.getLogger(__name__)
 
 MiB = 1 << 20
+
+
+LIMIT_RANGES = {  # knob: (lowest, highest) accepted; the upper bounds keep every derived cap (CPU rlimit, the size
+    "timeout_s": (0.01, 600.0),  # of the private /tmp, the result line) a real number on a real machine
+    "memory_mb": (256, 1 << 20),  # the interpreter needs 256 MB; 1 TiB
+    "max_output_mb": (1, 1024),
+    "nofile": (16, 65536),
+    "nproc": (1, 4096),
+    "startup_s": (1.0, 600.0),
+}
 
 
 @dataclass(frozen=True)
@@ -43,12 +55,11 @@ class Limits:
     startup_s: float = 60.0
 
     def __post_init__(self) -> None:
-        if not self.timeout_s > 0:
-            raise ValueError(f"task.timeout_s: must be > 0, got {self.timeout_s}")
-        if self.memory_mb < 256:
-            raise ValueError(f"task.memory_mb: at least 256 (the interpreter needs it), got {self.memory_mb}")
-        if self.max_output_mb < 1 or self.nofile < 16 or self.nproc < 1:
-            raise ValueError("task.max_output_mb >= 1, nofile >= 16, nproc >= 1 required")
+        for name, (low, high) in LIMIT_RANGES.items():
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                    or not low <= value <= high:
+                raise ValueError(f"task.{name}: must be a finite number in [{low}, {high}], got {value!r}")
 
     def rlimits(self, n_tests: int) -> dict[str, int]:
         return {"cpu_s": int((n_tests + 1) * self.timeout_s) + 2, "as_bytes": self.memory_mb * MiB,
@@ -100,17 +111,13 @@ def execute(iso: Isolation, kind: str, code: str, func_name: str | None, inputs:
         os.chmod(os.path.join(job_dir, "blank"), 0o644)
         with open(os.path.join(job_dir, "job.json"), "w", encoding="utf-8") as fh:
             json.dump(job, fh)
+        biggest = max((len(x) for x in inputs), default=0)
+        tmp_bytes = 2 * max_out + 4 * biggest + 64 * MiB  # everything the program may write, in total
         if iso.mode == "bwrap":
-            biggest = max((len(x) for x in inputs), default=0)
-            tmp_bytes = 2 * max_out + 4 * biggest + 64 * MiB
             argv, cwd, env = bwrap_argv(iso, job_dir, tmp_bytes, hidden), root, sandbox_env(WORK_DIR, "/tmp")
         else:
-            work = os.path.join(root, "work")
-            os.mkdir(work, 0o700)
-            if uid is not None:
-                os.chown(work, uid, uid)
-            argv = [iso.python, *PYTHON_FLAGS, os.path.join(job_dir, "driver.py"), os.path.join(job_dir, "job.json")]
-            cwd, env = work, sandbox_env(work, work)
+            argv = process_argv(iso, job_dir, tmp_bytes, uid)
+            cwd, env = root, sandbox_env(f"{PROCESS_VIEW}/work", "/tmp")
         with open(os.path.join(root, "stderr.log"), "wb") as err:
             proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                     stderr=err, start_new_session=True, close_fds=True)
@@ -136,13 +143,38 @@ def probe(iso: Isolation) -> str:
     return "" if result.status == "done" else f"probe ended with {result.status}: {result.error}"
 
 
+MAX_DEPTH = 256  # nesting a result message may have: the driver's ``to_wire`` stops at 200 (+ its markers)
+
+
+def line_limit(max_output_bytes: int) -> int:
+    """Longest result line accepted: a ``stdout`` of ``max_output_bytes`` as JSON (``ensure_ascii=False``, so only
+    control characters are escaped; newlines double) plus 1 MiB of envelope and error text. A longer line is a
+    ``protocol_error``: the parent never holds more than about four times this (buffer, line, text, value)."""
+    return 2 * max_output_bytes + MiB
+
+
+def parse_message(line: bytes) -> dict | None:
+    """One result line as a dict with a string ``ev``, or None for anything else (bad JSON, UTF-8, depth, shape).
+    Never raises: the line is written by a process the graded program controls."""
+    try:
+        msg = json.loads(line)
+    except (ValueError, RecursionError, MemoryError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        return None
+    if not isinstance(msg, dict) or not isinstance(msg.get("ev"), str) or too_deep(msg, MAX_DEPTH):
+        return None
+    return msg
+
+
 def _monitor(proc: subprocess.Popen, n_tests: int, limits: Limits, on_result: OnResult,
              start: float) -> RunResult:
+    """Stream the driver's result lines. Linear in the bytes read (each byte is scanned for a newline once), and
+    bounded: a line longer than :func:`line_limit` ends the run as ``protocol_error``."""
     fd = proc.stdout.fileno()
     os.set_blocking(fd, False)
-    max_line = 8 * limits.max_output_mb * MiB + MiB  # JSON escapes can grow text up to 6x
+    max_line = line_limit(limits.max_output_mb * MiB)
     phase, deadline, current, next_i = "startup", start + limits.startup_s, None, 0
     buf = bytearray()
+    scanned = 0  # buf[:scanned] holds no newline
 
     def end(status: str, error: str | None = None, index: int | None = None) -> RunResult:
         return RunResult(status, phase, index if index is not None else current, error, time.monotonic() - start)
@@ -162,14 +194,15 @@ def _monitor(proc: subprocess.Popen, n_tests: int, limits: Limits, on_result: On
             if not chunk:
                 return end("crashed", _exit_reason(proc))
             buf += chunk
-            while (nl := buf.find(b"\n")) >= 0:
+            while (nl := buf.find(b"\n", scanned)) >= 0:
                 line = bytes(buf[:nl])
                 del buf[: nl + 1]
-                try:
-                    msg = json.loads(line)
-                    ev = msg["ev"]
-                except (ValueError, KeyError, TypeError):
+                scanned = 0
+                msg = parse_message(line)
+                del line
+                if msg is None:
                     return end("protocol_error", "unreadable message on the result channel")
+                ev = msg["ev"]
                 now = time.monotonic()
                 if ev == "ready" and phase == "startup":
                     phase, deadline = "compile", now + limits.timeout_s
@@ -188,7 +221,8 @@ def _monitor(proc: subprocess.Popen, n_tests: int, limits: Limits, on_result: On
                 elif ev == "done" and (phase == "test" or n_tests == 0) and next_i == n_tests:
                     return end("done")
                 else:
-                    return end("protocol_error", f"unexpected message {ev!r} in phase {phase}")
+                    return end("protocol_error", f"unexpected message {ev[:40]!r} in phase {phase}")
+            scanned = len(buf)
             if len(buf) > max_line:
                 return end("protocol_error", "result message too long")
 
@@ -242,13 +276,14 @@ def _kill(pid: int, how: Callable[[int], None]) -> None:
 
 
 def reap_uid(uid: int, rounds: int = 200) -> None:
-    """SIGKILL every process owned by ``uid`` until none is left (a fork loop is bounded by RLIMIT_NPROC)."""
+    """SIGKILL every live process owned by ``uid`` until none is left (a fork loop is bounded by RLIMIT_NPROC;
+    zombies are skipped: they are dead and wait for their parent)."""
     for _ in range(rounds):
         pids = []
         for name in os.listdir("/proc"):
             if name.isdigit():
                 try:
-                    if os.stat(f"/proc/{name}").st_uid == uid:
+                    if os.stat(f"/proc/{name}").st_uid == uid and not _zombie(name):
                         pids.append(int(name))
                 except OSError:
                     continue
@@ -258,6 +293,14 @@ def reap_uid(uid: int, rounds: int = 200) -> None:
             _kill(pid, lambda p: os.kill(p, signal.SIGKILL))
         time.sleep(0.005)
     log.warning("processes of sandbox uid %d survived %d kill rounds", uid, rounds)
+
+
+def _zombie(pid: str) -> bool:
+    """A process that has exited and waits to be reaped by its parent (nothing left to kill)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_bytes().rpartition(b")")[2].split()[0] in (b"Z", b"X")
+    except (OSError, IndexError):
+        return True
 
 
 def _remove(path: str) -> None:

@@ -3,7 +3,7 @@
 * ``pass@k``: per problem the unbiased estimator ``1 - C(n-c, k) / C(n, k)`` over its ``n`` samples of which ``c``
   pass, averaged over problems; reported for each k of ``task.pass_k`` that every problem of the group supports
   (as lcb_runner, which drops a k as soon as one problem has fewer samples). ``pass@1`` is the mean correctness.
-* ``share_<outcome>``: the fraction of samples with that outcome (all six outcomes, zeros included).
+* ``share_<outcome>``: the fraction of samples with that outcome (every outcome of ``OUTCOMES``, zeros included).
 
 All values are fractions in 0..1. Groups: ``all``, ``difficulty=<easy|medium|hard>``, ``platform=<name>``; the
 ``n`` column counts problems for pass@k and samples for shares.
