@@ -84,10 +84,13 @@ OWN_FILES = (*HYDRA_FILES, LOCK)  # what a run that never started may have writt
 
 
 def _process_start() -> float:
-    """When this process started (epoch seconds): the ctime of its ``/proc`` entry, else now."""
+    """When this process started (epoch seconds): boot time + field 22 of ``/proc/self/stat``; else now."""
     try:
-        return os.stat(f"/proc/{os.getpid()}").st_ctime
-    except OSError:
+        ticks = int(Path("/proc/self/stat").read_text().rpartition(")")[2].split()[19])
+        btime = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                     if line.startswith("btime "))
+        return btime + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
         return time.time()
 
 
