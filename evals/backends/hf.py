@@ -101,7 +101,8 @@ class HFBackend:
             tokenizer=self.tokenizer,
         )
         per_row = (time.perf_counter() - start) / (len(requests) * n)
-        kv = {**out.stats, "prefill_s": out.prefill_s, "decode_s": out.decode_s}
+        kv = {**out.stats, "prefill_s": out.prefill_s, "decode_s": out.decode_s,
+              "sampling_warpers": sampling.warper_names()}
         results = []
         for req, ids, toks, reasons in zip(requests, encoded, out.tokens, out.finish_reasons):
             results.append(
