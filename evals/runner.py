@@ -38,7 +38,7 @@ from snapstream_core import compression_from_config
 from snapstream_core.generate import SamplingConfig
 from snapstream_core.methods.base import CompressionMethod
 from tasks import get_task
-from tasks.base import Prompt, split_thinking
+from tasks.base import Prompt, answer_part
 
 log = logging.getLogger(__name__)
 
@@ -185,7 +185,7 @@ def _generate_and_score(cfg: DictConfig, p: RunPlan, items: list) -> None:
             pairs, metas = [], []
             for req, samples in zip(requests, outputs):
                 for s in samples:
-                    answer_text, closed = split_thinking(s.completion, bool(cfg.model.thinking))
+                    answer_text, closed = answer_part(p.task, s.completion, bool(cfg.model.thinking), cfg.task)
                     pairs.append((req.item, answer_text))
                     metas.append((req, s, closed))
             scores = _score(p.task, pairs, cfg.task)
