@@ -72,6 +72,7 @@ def test_aime24_unclosed_thinking_by_protocol(tmp_path, protocol, expected):
     rows = pd.read_csv(next(tmp_path.rglob("samples.csv")))
     assert not rows["thinking_closed"].any()
     assert set(rows["protocol"]) == {protocol}
+    assert value[("thinking_unclosed", "all")] == len(rows)
 
 
 def test_longbench_v2_empty_outputs_leave_the_official_denominator(tmp_path):
