@@ -28,6 +28,7 @@ from tasks.livecodebench.sandbox import Limits, RunResult, SandboxError, execute
 log = logging.getLogger(__name__)
 
 OUTCOMES = ("passed", "wrong_answer", "timeout", "runtime_error", "compile_error", "no_code")
+PROTOCOLS = ("lcb_runner", "strict")  # how programs run: lcb_runner's run_test semantics, or real file descriptors
 
 
 @dataclass(frozen=True)
@@ -38,8 +39,11 @@ class GradeSettings:
     sandbox: str = "auto"
     python: str | None = None
     exec_workers: int | None = None
+    protocol: str = "lcb_runner"
 
     def __post_init__(self) -> None:
+        if self.protocol not in PROTOCOLS:
+            raise ValueError(f"task.protocol: expected one of {', '.join(PROTOCOLS)}, got {self.protocol!r}")
         if self.sandbox not in isolation.MODES:
             raise ValueError(f"task.sandbox: expected one of {', '.join(isolation.MODES)}, got {self.sandbox!r}")
         if self.exec_workers is not None and self.exec_workers < 1:
@@ -54,7 +58,8 @@ class GradeSettings:
                         nproc=int(get(cfg, "nproc", 64)))
         workers = get(cfg, "exec_workers")
         return cls(limits=limits, sandbox=str(get(cfg, "sandbox", "auto")), python=get(cfg, "python"),
-                   exec_workers=None if workers is None else int(workers))
+                   exec_workers=None if workers is None else int(workers),
+                   protocol=str(get(cfg, "protocol", "lcb_runner")))
 
     @property
     def workers(self) -> int:
@@ -155,7 +160,8 @@ def grade(problem: Problem, code: str | None, settings: GradeSettings) -> Verdic
 
         try:
             result = execute(iso, problem.kind, code, problem.func_name, [t.input for t in problem.tests],
-                             limits, on_result, hidden=(problem.source_file,) if problem.source_file else ())
+                             limits, on_result, hidden=(problem.source_file,) if problem.source_file else (),
+                             protocol=settings.protocol)
             break
         except SandboxError:
             if attempt == 2:
