@@ -223,6 +223,21 @@ def _lcb_open(text: str):
     return fake_open
 
 
+class BoundedCapture(io.StringIO):
+    """``Capturing``'s string buffer with a bound: past ``limit`` characters a write fails with "File too large" (as
+    the file size limit makes a real stdout fail), so a flood cannot exhaust memory. The grader raises the limit
+    above twice the largest expected output, so no correct program reaches it."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+
+    def write(self, text: str) -> int:
+        if self.tell() + len(text) > self.limit:
+            raise OSError(27, "File too large")  # EFBIG
+        return super().write(text)
+
+
 def run_stdin_lcb(function, inputs: list[str], max_output: int, chan: Channel) -> None:
     """Each stdin test as ``grade_stdio`` + ``call_method`` + ``Capturing`` run it (see the module docstring)."""
     bound_stdin, real_open = sys.stdin, builtins.open
@@ -232,7 +247,7 @@ def run_stdin_lcb(function, inputs: list[str], max_output: int, chan: Channel) -
                    "readlines": lambda *a, _t=text: _t.split("\n")}
         for name, fn in patched.items():
             setattr(bound_stdin, name, fn)
-        capture = io.StringIO()
+        capture = BoundedCapture(max_output)
         capture.close = lambda x: 1  # type: ignore[method-assign]  # Capturing: close() with no argument raises
         sys.stdin, sys.stdout, builtins.open = LcbStdin(text), capture, _lcb_open(text)
         chan.send(ev="start", i=i)
