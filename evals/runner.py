@@ -92,7 +92,8 @@ def plan(cfg: DictConfig, run_dir: Path | None = None) -> RunPlan:
     run_dir = Path(run_dir or container["run_dir"])
     model = container["model"]
     identity = {
-        "model": {k: model.get(k) for k in ("name", "source", "hub_id", "path", "dtype", "family", "thinking")},
+        "model": {k: model.get(k)
+                  for k in ("name", "source", "hub_id", "revision", "path", "dtype", "family", "thinking")},
         "task": {k: v for k, v in container["task"].items() if k not in ("gen",)},
         "compression": method.knobs(),
         "gen": {k: v for k, v in gen.items() if k not in ("batch_size", "tag")},
