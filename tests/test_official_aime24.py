@@ -70,3 +70,16 @@ def test_boxed_protocol_needs_a_box():
 def test_unknown_protocol_is_refused():
     with pytest.raises(ValueError, match="task.protocol"):
         aime.protocol_name(cfg(protocol="open-r1"))
+
+
+def test_hostile_text_never_raises_under_lighteval():
+    """Garbage (100 kB of text, unbalanced braces, NUL bytes, lone surrogates) is wrong, never an exception; time is
+    bounded by Math-Verify's own per-parse timeout (the 10k-character box that needs it is left out for speed)."""
+    from bench.aime_grading import garbage_texts
+
+    for name, text in garbage_texts().items():
+        if name == "huge box":
+            continue
+        result = aime.score(item("204"), text, cfg=cfg())
+        assert result["correct"] is False, name
+    assert aime.score(item("204"), None, cfg=cfg())["correct"] is False
