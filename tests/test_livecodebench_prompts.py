@@ -159,7 +159,8 @@ def test_r1_lcb_style_is_lcb_runners_hand_written_prompt():
     problem = bundled()["ss_codeforces_001"]
     raw = lcb.prompt(problem, R1, cfg={"prompt_style": "r1_lcb"}).messages
     plain = lcb.prompt(problem, R1, cfg={"prompt_style": "r1"}).messages[0]["content"]
-    assert isinstance(raw, str) and raw.startswith("<\uff5cbegin\u2581of\u2581sentence\uff5c>A conversation between User")
+    assert isinstance(raw, str)
+    assert raw.startswith("<\uff5cbegin\u2581of\u2581sentence\uff5c>A conversation between User")
     assert raw.endswith("<\uff5cUser\uff5c>" + plain + "<\uff5cAssistant\uff5c>")
 
 

@@ -93,8 +93,9 @@ def followup(item: Item, completion: str, model_cfg: Any, *, cfg: Any = None,
 
     No second call: direct mode, thinking models, and an empty first output (``pred.py``: ``if output == '':
     continue``; the row then has an empty completion: left out under ``task.protocol=official``, unanswered under
-    ``strict``). A whitespace-only CoT does get its answer call, with an empty ``$COT$``, as in ``pred.py``. The answer call gets ``task.answer_tokens`` new tokens (128 officially) and
-    contains no document ("The text is too long and omitted here.").
+    ``strict``). A whitespace-only CoT does get its answer call, with an empty ``$COT$``, as in ``pred.py``. The
+    answer call gets ``task.answer_tokens`` new tokens (128 officially) and contains no document ("The text is too
+    long and omitted here.").
     """
     if not _cot_mode(model_cfg, cfg):
         return None
