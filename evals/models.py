@@ -94,7 +94,9 @@ def check_model_config(model_cfg: Any) -> None:
     elif source == "embedded":
         embedded_gguf()
     elif source == "hub":
-        _check_hub_reachable(model_cfg.hub_id)
+        _check_hub_reachable(model_cfg.hub_id, hub_revision(model_cfg))
+    if model_cfg.get("revision") is not None and source != "hub":
+        raise ValueError(f"model.revision: pins a hub commit, only with model.source=hub (got source={source!r})")
 
 
 def _check_device(device: str) -> None:
@@ -153,21 +155,30 @@ def weights_identity(model_cfg: Any) -> str:
         return "path:" + hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
     from huggingface_hub import try_to_load_from_cache
 
-    cached = try_to_load_from_cache(model_cfg.hub_id, "config.json")
+    revision = hub_revision(model_cfg)
+    cached = try_to_load_from_cache(model_cfg.hub_id, "config.json", revision=revision)
     if isinstance(cached, str):
         return f"hub:{model_cfg.hub_id}@{Path(cached).parent.name}"
     from huggingface_hub import model_info
 
-    return f"hub:{model_cfg.hub_id}@{model_info(model_cfg.hub_id, timeout=10).sha}"
+    return f"hub:{model_cfg.hub_id}@{model_info(model_cfg.hub_id, revision=revision, timeout=10).sha}"
+
+
+def hub_revision(model_cfg: Any) -> str | None:
+    """``model.revision`` (a hub commit, branch or tag that pins weights, tokenizer and chat template), or None."""
+    value = model_cfg.get("revision")
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise ValueError(f"model.revision: must be a hub commit/branch/tag string or null, got {value!r}")
+    return value
 
 
 @functools.lru_cache(maxsize=32)  # a sweep checks every combination: ask the hub once per id
-def _check_hub_reachable(hub_id: str | None) -> None:
+def _check_hub_reachable(hub_id: str | None, revision: str | None = None) -> None:
     if not hub_id:
         raise ValueError("model.hub_id: required with model.source=hub")
     from huggingface_hub import try_to_load_from_cache
 
-    cached = try_to_load_from_cache(hub_id, "config.json")
+    cached = try_to_load_from_cache(hub_id, "config.json", revision=revision)
     if isinstance(cached, str):
         return
     offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
@@ -179,7 +190,7 @@ def _check_hub_reachable(hub_id: str | None) -> None:
     from huggingface_hub import model_info
 
     try:
-        model_info(hub_id, timeout=10)
+        model_info(hub_id, revision=revision, timeout=10)
     except Exception as exc:  # noqa: BLE001 - any failure to reach the hub is the same user-facing problem
         raise ValueError(
             f"model.hub_id: cannot reach {hub_id} on the Hugging Face hub ({type(exc).__name__}); it is not in the "
@@ -201,7 +212,9 @@ def load_tokenizer(model_cfg: Any):
 
     if model_cfg.source in ("embedded", "random"):
         return AutoTokenizer.from_pretrained(str(embedded_dir()))
-    return AutoTokenizer.from_pretrained(model_cfg.path if model_cfg.source == "path" else model_cfg.hub_id)
+    if model_cfg.source == "path":
+        return AutoTokenizer.from_pretrained(model_cfg.path)
+    return AutoTokenizer.from_pretrained(model_cfg.hub_id, revision=hub_revision(model_cfg))
 
 
 def load_model(model_cfg: Any):
@@ -227,8 +240,9 @@ def load_model(model_cfg: Any):
     else:
         where = {"embedded": None, "path": model_cfg.path, "hub": model_cfg.hub_id}[model_cfg.source]
         where = str(embedded_dir()) if where is None else where
+        extra = {"revision": hub_revision(model_cfg)} if model_cfg.source == "hub" else {}
         model = AutoModelForCausalLM.from_pretrained(
-            where, dtype=dtype, attn_implementation=model_cfg.attn_implementation
+            where, dtype=dtype, attn_implementation=model_cfg.attn_implementation, **extra
         )
     model = model.to(device).eval()
     if tokenizer.pad_token_id is None:

@@ -41,7 +41,7 @@ from snapstream_core import compression_from_config
 from snapstream_core.generate import SamplingConfig
 from snapstream_core.methods.base import CompressionMethod
 from tasks import get_task
-from tasks.base import Prompt, split_thinking
+from tasks.base import Prompt, answer_part
 
 log = logging.getLogger(__name__)
 
@@ -201,6 +201,12 @@ def run(cfg: DictConfig, run_dir: Path | None = None) -> Path:
         return _run_locked(cfg, p, replay)
 
 
+def _protocol(task, task_cfg) -> str | None:
+    """The grading protocol of the run (``task.protocol_name``), for ``meta.json``; None for a task with one way."""
+    name = getattr(task, "protocol_name", None)
+    return name(task_cfg) if name is not None else None
+
+
 def _run_locked(cfg: DictConfig, p: RunPlan, replay) -> Path:
     meta = {
         "status": "running",
@@ -210,6 +216,7 @@ def _run_locked(cfg: DictConfig, p: RunPlan, replay) -> Path:
         "weights": p.weights,
         "data_sha256": p.identity["task"]["data_sha256"],
         "data_revision": cfg.task.get("revision"),
+        "protocol": _protocol(p.task, cfg.task),
         "started": now(),
         "versions": versions(),
         "git_commit": git_commit(),
@@ -266,7 +273,7 @@ def _generate_and_score(cfg: DictConfig, p: RunPlan, items: list, replay=None) -
             pairs, metas = [], []
             for req, samples in zip(requests, outputs):
                 for s in samples:
-                    answer_text, closed = split_thinking(s.completion, bool(cfg.model.thinking))
+                    answer_text, closed = answer_part(p.task, s.completion, bool(cfg.model.thinking), cfg.task)
                     pairs.append((req.item, answer_text))
                     metas.append((req, s, closed, prompt_hashes.get(id(req))))
             scores = _score(p.task, pairs, cfg.task)

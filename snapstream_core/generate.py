@@ -61,10 +61,23 @@ class SamplingConfig:
     def generation_config(self, max_new_tokens: int, eos: list[int], pad: int) -> GenerationConfig:
         kw = dict(max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=pad, do_sample=self.do_sample)
         if self.do_sample:
-            kw.update(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k or None)
+            # top_k=0, not None: transformers fills a None top_k with its global default 50 (GenerationConfig
+            # defaults), while 0 adds no TopKLogitsWarper (GenerationMixin._get_logits_processor); vLLM, open-r1,
+            # lighteval and lcb_runner apply no top-k unless asked.
+            kw.update(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k)
         else:
             kw.update(temperature=None, top_p=None, top_k=None)
         return GenerationConfig(**kw)
+
+    def warper_names(self) -> str:
+        """The sampling warpers in effect, as recorded in each row: ``greedy``, or e.g. ``temperature=0.6,top_p=0.95``
+        (the same list :meth:`warpers` builds and ``generate`` applies)."""
+        if not self.do_sample:
+            return "greedy"
+        parts = [f"temperature={self.temperature:g}"] if self.temperature != 1.0 else []
+        parts += [f"top_k={self.top_k}"] if self.top_k else []
+        parts += [f"top_p={self.top_p:g}"] if self.top_p < 1.0 else []
+        return ",".join(parts) or "none"
 
     def warpers(self) -> LogitsProcessorList:
         """The same filters ``generate`` applies when sampling, for the shared first token of ``n`` samples."""

@@ -23,7 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
+R1_OPENING = "<think>\n"  # DeepSeek-R1 card: "enforce the model to initiate its response with <think>\n"
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,50 @@ def loads_bounded(text: str | bytes, where: str, max_depth: int = MAX_JSON_DEPTH
 
 class _TooMany(Exception):
     """Raised inside ``json.loads`` to stop a parse at an object budget."""
+
+
+def answer_part(task: Any, completion: str, thinking: bool, cfg: Any = None) -> tuple[str, bool]:
+    """``(text the task grades, thinking_closed)``: the task's own ``answer_part`` when it has one (its protocol
+    decides what a thinking block means), else :func:`split_thinking`."""
+    own = getattr(task, "answer_part", None)
+    if own is not None:
+        return own(completion, thinking, cfg=cfg)
+    return split_thinking(completion, thinking)
+
+
+def decode_keeping_think_tags(tokenizer: Any, ids: list[int]) -> str:
+    """``tokenizer.decode(ids, skip_special_tokens=True)``, except that ``<think>``/``</think>`` survive even when the
+    tokenizer marks them special (tokenizer revisions differ; dropping them would make every thinking row look
+    unclosed). Other special tokens (EOS, padding, end of turn) are dropped as before."""
+    keep = {tid for tid in (_token_id(tokenizer, t) for t in (THINK_OPEN, THINK_CLOSE)) if tid is not None}
+    special = set(getattr(tokenizer, "all_special_ids", []) or [])
+    for tid, added in (getattr(tokenizer, "added_tokens_decoder", None) or {}).items():
+        if getattr(added, "special", False):
+            special.add(int(tid))
+    if not keep & special:
+        return tokenizer.decode(ids, skip_special_tokens=True)
+    drop = special - keep
+    return tokenizer.decode([t for t in ids if t not in drop], skip_special_tokens=False)
+
+
+def _token_id(tokenizer: Any, token: str) -> int | None:
+    """The id of ``token`` when it is one token of the vocabulary, else None."""
+    tid = tokenizer.convert_tokens_to_ids(token)
+    return tid if isinstance(tid, int) and tid != getattr(tokenizer, "unk_token_id", None) else None
+
+
+def r1_prefill(model_cfg: Any, tokenizer: Any) -> str | None:
+    """``"<think>\\n"`` when an R1 model's chat template does not already open the reply with it, else None.
+
+    The DeepSeek-R1 card asks that the reply start with ``<think>\\n``; the hub template does this since 2025-02,
+    older revisions do not. Checked on the tokenizer in use (the rendered generation prompt), so any revision works.
+    Only for ``model.family == "r1"`` with a tokenizer that has a chat template (replay needs none).
+    """
+    if str(model_cfg.get("family")) != "r1" or tokenizer is None or not getattr(tokenizer, "chat_template", None):
+        return None
+    rendered = tokenizer.apply_chat_template([{"role": "user", "content": "x"}], add_generation_prompt=True,
+                                             tokenize=False)
+    return None if rendered.endswith(R1_OPENING) else R1_OPENING
 
 
 def read_records(path: str | Path, field: str = "task.path") -> list[dict[str, Any]]:

@@ -272,12 +272,15 @@ def test_equivalent_forms_after_thinking_are_correct(items, completion):
         "<think>\nSo xy = 25, i.e. \\boxed{25}. Let me double-check the logarithms",  # thinking never closed (cut)
     ],
 )
-def test_a_box_inside_the_thinking_block_is_not_taken(items, completion):
+def test_a_box_inside_the_thinking_block_is_not_taken_under_boxed(items, completion):
+    """The stricter ``task.protocol=boxed``; the default (lighteval) grades these differently, see
+    tests/test_official_aime24.py."""
     item = next(i for i in items if i.item_id == "67")
-    result = aime.score(item, split_thinking(completion, thinking=True)[0])
+    strict = task_cfg(protocol="boxed")
+    result = aime.score(item, split_thinking(completion, thinking=True)[0], cfg=strict)
     assert result["prediction"] is None and result["correct"] is False
     # even if a caller passes the whole completion, only the text after the last </think> is graded
-    assert aime.score(item, completion)["correct"] is False
+    assert aime.score(item, completion, cfg=strict)["correct"] is False
 
 
 def test_score_many_matches_score(items):

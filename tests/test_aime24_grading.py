@@ -93,7 +93,9 @@ def test_garbage_gives_no_prediction_and_never_raises(name):
     item = Item(item_id="1", problem="p", answer="204")
     import tasks.aime24 as aime
 
-    result = aime.score(item, GARBAGE[name])
+    from omegaconf import OmegaConf
+
+    result = aime.score(item, GARBAGE[name], cfg=OmegaConf.create({"protocol": "boxed"}))
     assert result["prediction"] is None and result["correct"] is False
 
 
@@ -107,10 +109,11 @@ def test_grading_1000_rows_of_a_realistic_mix():
     that need Math-Verify (all equal to the gold), 100 garbage rows, 100 rows cut mid-answer. Its speed is measured
     by ``python -m bench.aime_grading``."""
     import tasks.aime24 as aime
+    from omegaconf import OmegaConf
 
     grading.clear_caches()
     pairs, _, _ = mixed_rows(1000)
-    results = aime.score_many(pairs, cfg=None)
+    results = aime.score_many(pairs, cfg=OmegaConf.create({"protocol": "boxed"}))
     assert len(results) == 1000
     assert sum(r["prediction"] is None for r in results) == 200
     assert sum(r["correct"] for r in results) == sum(1 for r in range(1000) if r % 10 < 7 and r % 3 != 0) + 100

@@ -57,7 +57,7 @@ def test_the_smoke_experiment_sizes_every_task():
 def test_the_paper_experiment_resolves_per_model_and_task_settings():
     r1_aime = compose_cfg(["+experiment=paper", "model=r1_distill_llama_8b", "task=aime24",
                            "compression.prompt_budget=2048"])
-    assert r1_aime.gen.n_samples == 16 and r1_aime.compression.recent == 2048
+    assert r1_aime.gen.n_samples == 64 and r1_aime.compression.recent == 2048  # R1 card: pass@1 over 64, cons@64
     assert r1_aime.task.source == "hub"
     llama_lb = compose_cfg(["+experiment=paper", "task=longbench_v2"])
     assert llama_lb.gen.n_samples == 1 and llama_lb.compression.recent == 1024

@@ -68,9 +68,10 @@ ADD = make_problem("add", [("1\n2", "3"), ("[1]\n[2]", "[1, 2]")], func_name="ad
     (ECHO, "import numpy_that_does_not_exist", "runtime_error", "ModuleNotFoundError"),
     (ECHO, "x = int(input())\nprint(x * 2)\nexit()", "passed", None),  # SystemExit ends a test normally
     (ECHO, "def main():\n    print(int(input()) * 2)\n\nif __name__ == '__main__':\n    main()", "passed", None),
-    (ECHO, "import sys\nsys.stdout.buffer.write(str(2 * int(sys.stdin.buffer.readline())).encode())", "passed",
-     None),
-    (ECHO, "n = int(open(0).read())\nprint(n + n)", "passed", None),
+    # task.protocol=lcb_runner (default): stdout is a string buffer and fd 0 is empty, as in lcb_runner's run_test
+    (ECHO, "import sys\nsys.stdout.buffer.write(str(2 * int(sys.stdin.buffer.readline())).encode())",
+     "runtime_error", "AttributeError"),
+    (ECHO, "n = int(open(0).read())\nprint(n + n)", "runtime_error", "ValueError"),
     (ECHO, "print(Counter([1, 1])[1] * int(input()))", "passed", None),  # lcb_runner's star-import prelude
     (ADD, "def add(a, b):\n    return a + b", "passed", None),  # a plain function when there is no Solution
     (ADD, "class Solution:\n    def add(self, a, b):\n        return tuple([a + b]) if a == 1 else a + b",

@@ -39,8 +39,9 @@ def victim_dir():
 
 def attack(mode: str, code: str, expected: str = "PWNED", **knobs) -> object:
     """Grade ``code`` on a one-test stdin problem whose answer is ``expected``; check that the project did not
-    change, that no sandbox process is left, and that the harness still grades a correct program afterwards."""
-    settings = settings_for(mode, **knobs)
+    change, that no sandbox process is left, and that the harness still grades a correct program afterwards.
+    ``task.protocol=strict``: the sandbox must hold without the help of lcb_runner's guard (os.fork, os.remove ...)."""
+    settings = settings_for(mode, **{"protocol": "strict", **knobs})
     before = tree_snapshot()
     verdict = grade(make_problem("attack", [("\n", expected + "\n")]), code, settings)
     assert tree_snapshot() == before, "the program changed files of the project"

@@ -92,11 +92,14 @@ def items():
 def test_score_fields(items):
     item = items[0]
     assert score(item, f"The correct answer is ({item.answer})") == {
-        "prediction": item.answer, "answer": item.answer, "correct": True, "answered": True}
+        "prediction": item.answer, "answer": item.answer, "correct": True, "answered": True, "skipped": False,
+        "protocol": "official"}
     wrong = "A" if item.answer != "A" else "B"
     assert score(item, f"**The correct answer is {wrong}**")["correct"] is False
     assert score(item, "I cannot tell.") == {"prediction": None, "answer": item.answer, "correct": False,
-                                             "answered": False}
+                                             "answered": False, "skipped": False, "protocol": "official"}
+    assert score(item, "")["skipped"] is True  # pred.py: output == '' -> the item is never written
+    assert score(item, "", cfg={"protocol": "strict"})["skipped"] is False
 
 
 def rows_for(items, completion_of) -> pd.DataFrame:
@@ -115,7 +118,7 @@ def test_right_letters_score_100_and_wrong_letters_0(items):
     right = summarize(rows_for(items, lambda it: f"The correct answer is ({it.answer})"))
     wrong = summarize(rows_for(items, lambda it: f"The correct answer is ({'B' if it.answer == 'A' else 'A'})"))
     assert list(right.columns) == ["metric", "group", "value", "n"]
-    assert set(right.value[right.metric != "answered"]) == {100.0}
+    assert set(right.value[~right.metric.isin(["answered", "skipped"])]) == {100.0}
     assert set(wrong.value[wrong.metric.isin(["accuracy", "compensated"])]) == {0.0}
     assert value(right, "accuracy", "all") == (100.0, 8)
 

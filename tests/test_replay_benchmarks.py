@@ -59,14 +59,35 @@ def test_aime24_boxed_answer_100_answer_plus_one_0(tmp_path, model):
     assert replay(tmp_path / "w", "aime24", wrong, *extra)[("pass@1", "all")] == 0.0
 
 
-def test_aime24_thinking_model_ignores_a_box_inside_unclosed_thinking(tmp_path):
+@pytest.mark.parametrize("protocol, expected", [("lighteval", 1.0), ("boxed", 0.0)])
+def test_aime24_unclosed_thinking_by_protocol(tmp_path, protocol, expected):
+    """lighteval (default) grades a completion whose thinking never closed as it stands; ``boxed`` gives it nothing.
+    Either way the rows say the thinking never closed, and record the protocol."""
     items = bundled("aime24", "task.source=bundled")
     cut = [{"item_id": i.item_id, "completion": f"<think>\nmaybe \\boxed{{{i.answer}}} but let me check"}
            for i in items]
-    value = replay(tmp_path, "aime24", cut, "model=r1_distill_llama_8b", "task.source=bundled")
-    assert value[("pass@1", "all")] == 0.0
+    value = replay(tmp_path, "aime24", cut, "model=r1_distill_llama_8b", "task.source=bundled",
+                   f"task.protocol={protocol}")
+    assert value[("pass@1", "all")] == expected
     rows = pd.read_csv(next(tmp_path.rglob("samples.csv")))
     assert not rows["thinking_closed"].any()
+    assert set(rows["protocol"]) == {protocol}
+    assert value[("thinking_unclosed", "all")] == len(rows)
+
+
+def test_longbench_v2_empty_outputs_leave_the_official_denominator(tmp_path):
+    """pred.py never writes an item whose output is empty, so result.py divides by the items written: 2 empty of 8,
+    the 6 others right -> 100% over n=6 (official); the strict protocol counts them wrong over n=8."""
+    items = bundled("longbench_v2")
+    records = [{"item_id": i.item_id, "completion": "" if k < 2 else f"The correct answer is ({i.answer})"}
+               for k, i in enumerate(items)]
+    official = replay(tmp_path / "o", "longbench_v2", records)
+    strict = replay(tmp_path / "s", "longbench_v2", records, "task.protocol=strict")
+    n = len(items)
+    assert official[("accuracy", "all")] == 100.0 and official[("skipped", "all")] == pytest.approx(100 * 2 / n)
+    assert strict[("accuracy", "all")] == pytest.approx(100 * (n - 2) / n) and strict[("skipped", "all")] == 0
+    counts = pd.read_csv(next((tmp_path / "o").rglob("summary.csv"))).set_index(["metric", "group"])["n"]
+    assert counts[("accuracy", "all")] == n - 2 and counts[("skipped", "all")] == n
 
 
 def test_livecodebench_reference_solutions_pass_at_1_is_100(tmp_path):

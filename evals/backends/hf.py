@@ -12,7 +12,7 @@ from evals.models import load_model
 from snapstream_core import attach
 from snapstream_core.generate import SamplingConfig, generate
 from snapstream_core.methods.base import CompressionMethod
-from tasks.base import Prompt
+from tasks.base import Prompt, decode_keeping_think_tags
 
 log = logging.getLogger(__name__)
 
@@ -66,12 +66,16 @@ class HFBackend:
         if system and not self.model_cfg.thinking and messages and messages[0]["role"] != "system":
             messages = [{"role": "system", "content": system}, *messages]
         if prompt.prefill:
-            return self.tokenizer.apply_chat_template(
+            text = self.tokenizer.apply_chat_template(
                 [*messages, {"role": "assistant", "content": prompt.prefill}],
                 continue_final_message=True,
-                tokenize=True,
-                return_dict=False,
+                tokenize=False,
             )
+            # continue_final_message cuts trailing whitespace of the prefill (R1's "<think>\n"): put it back
+            tail = prompt.prefill[len(prompt.prefill.rstrip()):]
+            if tail and not text.endswith(tail):
+                text += tail
+            return self.tokenizer(text, add_special_tokens=False)["input_ids"]
         return self.tokenizer.apply_chat_template(
             messages, add_generation_prompt=True, tokenize=True, return_dict=False
         )
@@ -114,14 +118,15 @@ class HFBackend:
             tokenizer=self.tokenizer,
         )
         per_row = (time.perf_counter() - start) / (len(requests) * n)
-        kv = {**out.stats, "prefill_s": out.prefill_s, "decode_s": out.decode_s}
+        kv = {**out.stats, "prefill_s": out.prefill_s, "decode_s": out.decode_s,
+              "sampling_warpers": sampling.warper_names()}
         results = []
         for req, ids, toks, reasons in zip(requests, encoded, out.tokens, out.finish_reasons):
             results.append(
                 [
                     Sample(
                         sample_idx=idx,
-                        completion=cut_at_stop(self.tokenizer.decode(t, skip_special_tokens=True), stop),
+                        completion=cut_at_stop(decode_keeping_think_tags(self.tokenizer, t), stop),
                         prompt_tokens=len(ids),
                         gen_tokens=len(t),
                         finish_reason=reason,

@@ -1,13 +1,22 @@
 """AIME 2024 under the DeepSeek-R1 evaluation protocol (``task=aime24``).
 
-Protocol (DeepSeek-R1 model card; open-r1's lighteval task): one user message, no system prompt, the problem followed
+Prompt (DeepSeek-R1 model card, "Usage Recommendations"): one user message, no system prompt, the problem followed
 by "Please reason step by step, and put your final answer within \\boxed{}."; R1 sampling T=0.6, top-p 0.95, up to
-32768 new tokens, n samples per problem -> pass@1 (mean correctness) and cons@n (majority vote). Instruct models get
-the same instruction in a user turn, greedy, n=1. The templates are config values (``task.templates.<family>``).
+32768 new tokens, n=64 samples per problem -> pass@1 (mean correctness) and cons@64 (majority vote). Instruct models
+get the same instruction in a user turn, greedy, n=1. The templates are config values (``task.templates.<family>``).
+(lighteval's own ``aime24`` task uses another prompt, simple-evals' "Solve the following math problem efficiently
+and clearly..." template; open-r1 evaluates through lighteval. We keep the R1 card's prompt.)
 
-Grading (:mod:`tasks.aime24.grading`): the last ``\\boxed{...}`` of the answer part (for thinking models the runner
-passes only the text after ``</think>``), an integer comparison ("025" == 25), else Math-Verify with the gold first.
-Metrics (:mod:`tasks.aime24.summary`) are fractions in 0..1.
+Grading, ``task.protocol`` (:data:`PROTOCOLS`):
+
+- ``lighteval`` (default): lighteval's aime24 metric (:mod:`tasks.aime24.lighteval_metric`): ``<think>…</think>``
+  removed only when both tags are present, then Math-Verify's expression + LaTeX extraction over the whole text;
+- ``boxed`` (stricter): the last ``\\boxed{...}`` after the last ``</think>``, an integer comparison ("025" == 25),
+  else Math-Verify with the gold first (:func:`tasks.aime24.grading.grade`); a thinking model's completion that never
+  closes ``</think>`` has no answer.
+
+Every row records ``protocol``; ``thinking_closed`` stays a column under both. Metrics (:mod:`tasks.aime24.summary`)
+are fractions in 0..1.
 
 Example::
 
@@ -22,13 +31,16 @@ from typing import Any
 
 from tasks.aime24.data import Item, load
 from tasks.aime24.data import validate as _validate_data
-from tasks.aime24.grading import DEFAULT_TIMEOUT_S, canonical_answer, grade
+from tasks.aime24.grading import DEFAULT_TIMEOUT_S, canonical_answer, grade, grade_lighteval
 from tasks.aime24.summary import per_problem, summarize
-from tasks.base import THINK_CLOSE, Prompt
+from tasks.base import THINK_CLOSE, Prompt, r1_prefill, split_thinking
 
 PRIMARY_METRIC = "pass@1"
 
-__all__ = ["PRIMARY_METRIC", "Item", "load", "validate", "prompt", "score", "score_many", "summarize", "per_problem"]
+__all__ = ["PRIMARY_METRIC", "PROTOCOLS", "Item", "answer_part", "load", "per_problem", "prompt", "protocol_name",
+           "score", "score_many", "summarize", "validate"]
+
+PROTOCOLS = ("lighteval", "boxed")
 
 PLACEHOLDER = "{problem}"
 THINK_OPEN = "<think>"
@@ -43,7 +55,25 @@ def validate(cfg: Any) -> None:
         if not isinstance(template, str) or PLACEHOLDER not in template:
             raise ValueError(f"task.templates.{family}: must be a string containing {PLACEHOLDER}")
     _timeout(cfg)
+    protocol_name(cfg)
     _validate_data(cfg)
+
+
+def protocol_name(cfg: Any) -> str:
+    """The grading protocol of this run (``task.protocol``), as rows and ``meta.json`` record it."""
+    value = cfg.get("protocol", PROTOCOLS[0]) if cfg is not None else PROTOCOLS[0]
+    if value not in PROTOCOLS:
+        raise ValueError(f"task.protocol: must be one of {', '.join(PROTOCOLS)}, got {value!r}")
+    return str(value)
+
+
+def answer_part(completion: str, thinking: bool, *, cfg: Any = None) -> tuple[str, bool]:
+    """``(text to grade, thinking_closed)``. ``lighteval``: the whole completion (its reasoning tags are removed at
+    grading, only when both are present); ``boxed``: :func:`tasks.base.split_thinking`."""
+    if protocol_name(cfg) == "lighteval":
+        closed = THINK_CLOSE in completion if thinking else True
+        return completion, closed
+    return split_thinking(completion, thinking)
 
 
 def prompt(item: Item, model_cfg: Any, *, cfg: Any, tokenizer: Any = None) -> Prompt:
@@ -63,18 +93,23 @@ def prompt(item: Item, model_cfg: Any, *, cfg: Any, tokenizer: Any = None) -> Pr
     if system:
         messages.append({"role": "system", "content": str(system)})
     messages.append({"role": "user", "content": str(templates[family]).replace(PLACEHOLDER, item.problem)})
-    return Prompt(messages=messages, truncated=False)
+    return Prompt(messages=messages, truncated=False, prefill=r1_prefill(model_cfg, tokenizer))
 
 
 def score(item: Item, completion: str, *, cfg: Any = None) -> dict[str, Any]:
-    """Grade one completion: ``prediction`` (canonical answer or None), ``answer``, ``correct`` and ``boxed`` (the raw
-    boxed text). Never raises on model output.
+    """Grade one completion: ``prediction`` (canonical answer or None), ``answer``, ``correct``, ``boxed`` (the raw
+    boxed text) and ``protocol``. Never raises on model output.
 
-    ``completion`` is the answer part (the runner strips a thinking block). If a ``</think>`` is still present, only
-    the text after the last one is graded, and a ``<think>`` that never closes leaves nothing to grade, so a box
-    inside the thinking never counts.
+    ``lighteval``: see :func:`tasks.aime24.grading.grade_lighteval`. ``boxed``: ``completion`` is the answer part; if a
+    ``</think>`` is still present, only the text after the last one is graded, and a ``<think>`` that never closes
+    leaves nothing to grade, so a box inside the thinking never counts.
     """
+    protocol = protocol_name(cfg)
     text = completion if isinstance(completion, str) else ""
+    if protocol == "lighteval":
+        verdict = grade_lighteval(item.answer, text, timeout_s=_timeout(cfg))
+        return {"prediction": verdict.prediction, "answer": canonical_answer(item.answer),
+                "correct": verdict.correct, "boxed": verdict.boxed, "protocol": protocol}
     if THINK_CLOSE in text:
         text = text.rpartition(THINK_CLOSE)[2]
     elif THINK_OPEN in text:
@@ -85,6 +120,7 @@ def score(item: Item, completion: str, *, cfg: Any = None) -> dict[str, Any]:
         "answer": canonical_answer(item.answer),
         "correct": verdict.correct,
         "boxed": verdict.boxed,
+        "protocol": protocol,
     }
 
 

@@ -207,6 +207,27 @@ def _parse_gold(gold: str, timeout_s: int) -> list:
 
 _GOLD_CACHE: dict[str, list] = {}
 
+def grade_lighteval(gold: Any, completion: Any, *, timeout_s: int = DEFAULT_TIMEOUT_S) -> Grade:
+    """Grade ``completion`` as lighteval's aime24 metric does (:mod:`tasks.aime24.lighteval_metric`): reasoning
+    tags removed when both are present, then Math-Verify over the whole text. Safe from any thread; never raises.
+    ``boxed`` holds the last ``\\boxed{}`` for reference only."""
+    from tasks.aime24.lighteval_metric import lighteval_compare, remove_reasoning_tags
+
+    text = completion if isinstance(completion, str) else ""
+    try:
+        text = remove_reasoning_tags(text)
+        boxed = last_boxed(text)
+    except Exception:  # noqa: BLE001
+        boxed = None
+    gold_text = str(gold).strip()
+    if threading.current_thread() is threading.main_thread():
+        verdict: tuple[str | None, bool] | None = lighteval_compare(gold_text, text, timeout_s)
+    else:
+        verdict = WORKER.ask(gold_text, text, timeout_s, mode="lighteval")
+    key, correct = verdict if verdict is not None else (None, False)
+    return Grade(prediction=key, correct=correct, boxed=None if boxed is None else boxed[:MAX_ANSWER_CHARS])
+
+
 def clear_caches() -> None:
     """Forget memoised verdicts (for timing measurements)."""
     _VERDICTS.clear()

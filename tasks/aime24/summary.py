@@ -11,6 +11,8 @@ paper's "pass@1 50.4"). Definitions, per problem i with n_i samples of which c_i
   prediction do not vote; ties go to the answer reached by the lowest ``sample_idx``;
 - ``answered`` = fraction of rows with a prediction; ``truncated`` = fraction with ``finish_reason == "length"``
   (such rows are wrong unless a complete ``\\boxed{}`` answer came before the cut);
+- ``thinking_unclosed``: the number of rows whose ``</think>`` never came (``thinking_closed`` False), so the
+  report shows it per method and budget; how such a row is graded depends on ``task.protocol``;
 - ``gen_tokens_mean`` and ``kv_tokens_peak_mean``: means over rows, when those columns are present.
 
 ``group`` is ``"all"`` or ``"exam=2024-I"`` / ``"exam=2024-II"`` (pass@1 and answered per exam).
@@ -104,6 +106,8 @@ def summarize(rows: pd.DataFrame, *, cfg: Any = None) -> pd.DataFrame:
     add("answered", answered.mean(), len(rows))
     if "finish_reason" in rows:
         add("truncated", (rows["finish_reason"] == "length").mean(), len(rows))
+    if "thinking_closed" in rows:  # rows (a count, not a fraction) whose thinking never closed; graded per protocol
+        add("thinking_unclosed", int((rows["thinking_closed"].astype(str).str.lower() == "false").sum()), len(rows))
     for column in ("gen_tokens", "kv_tokens_peak"):
         values = pd.to_numeric(rows[column], errors="coerce").dropna() if column in rows else pd.Series([])
         if len(values):

@@ -4,7 +4,9 @@ Math-Verify bounds parsing and comparison with ``signal.alarm``, which Python on
 from a worker thread it raises. Turning its timeouts off is no answer (``\\boxed{9^{9^{9}}}`` then keeps sympy busy
 for a very long time), so a grader called off the main thread sends the comparison to a child process
 (``python -c "from tasks.aime24.verify_worker import main; main()"``). It reads JSON lines
-``[gold, boxed, timeout_s]`` on stdin and answers ``[prediction_key, correct]``, Math-Verify's alarms working in its
+``[gold, text, timeout_s, mode]`` on stdin (mode ``boxed``: :func:`~tasks.aime24.grading.math_verify_compare` on a boxed
+answer; ``lighteval``: :func:`~tasks.aime24.lighteval_metric.lighteval_compare` on a whole answer text) and answers
+``[prediction_key, correct]``, Math-Verify's alarms working in its
 main thread. The parent waits at most ``3 * timeout_s + 60`` seconds per answer, then kills the child (a fresh one
 starts on the next call).
 
@@ -37,14 +39,14 @@ class VerifyWorker:
         self._proc: subprocess.Popen[str] | None = None
         self._cleanup_registered = False
 
-    def ask(self, gold: str, boxed: str, timeout_s: int) -> tuple[str, bool] | None:
+    def ask(self, gold: str, boxed: str, timeout_s: int, mode: str = "boxed") -> tuple[str | None, bool] | None:
         """The child's verdict, or None when it failed or did not answer in time."""
         with self._lock:
             try:
                 proc = self._running()
                 if proc.stdin is None or proc.stdout is None:
                     raise OSError("math-verify child has no pipes")
-                proc.stdin.write(json.dumps([gold, boxed, timeout_s]) + "\n")
+                proc.stdin.write(json.dumps([gold, boxed, timeout_s, mode]) + "\n")
                 proc.stdin.flush()
                 ready, _, _ = select.select([proc.stdout], [], [], 3 * timeout_s + 60)
                 line = proc.stdout.readline() if ready else ""
@@ -53,7 +55,7 @@ class VerifyWorker:
                     self._stop()
                     return None
                 key, correct = json.loads(line)
-                return str(key), bool(correct)
+                return (None if key is None else str(key)), bool(correct)
             except Exception:  # noqa: BLE001 - a broken child is a wrong answer, never a crash
                 log.warning("math-verify child failed on %.80r; counted wrong", boxed, exc_info=True)
                 self._stop()
@@ -96,11 +98,13 @@ WORKER = VerifyWorker()  # starts its child on first use
 def main() -> None:
     """The child's loop: one JSON request per line in, one verdict per line out."""
     from tasks.aime24.grading import math_verify_compare
+    from tasks.aime24.lighteval_metric import lighteval_compare
 
     replies, sys.stdout = sys.stdout, sys.stderr  # stray prints must not corrupt the reply stream
     for line in sys.stdin:
-        gold, boxed, timeout_s = json.loads(line)
-        key, correct = math_verify_compare(gold, boxed, int(timeout_s))
+        gold, text, timeout_s, mode = json.loads(line)
+        compare = lighteval_compare if mode == "lighteval" else math_verify_compare
+        key, correct = compare(gold, text, int(timeout_s))
         replies.write(json.dumps([key, correct]) + "\n")
         replies.flush()
 

@@ -7,6 +7,13 @@ model-written program run in an isolated sandbox.
   which guarantees) + ``sandbox.py`` (one run) + ``driver.py`` (what runs inside); metrics: ``summary.py``.
 
 Contract 2 of DESIGN.md: ``load``, ``validate``, ``prompt``, ``score``, ``score_many``, ``summarize``.
+
+Grading protocol (``task.protocol``): ``lcb_runner`` (default) runs each program as ``testing_util.run_test`` does
+(its ``reliability_guard``, stdin/stdout mocks and 50000-digit integer limit; see ``driver.py``), and extracts the
+code from the whole output, thinking included, as lcb_runner does (:func:`answer_part`); ``strict`` runs programs on
+real file descriptors without the guard, and grades only the text after ``</think>`` (nothing when the thinking never
+closed). Rows record ``protocol``. Deliberate difference from lcb_runner under both: the sandbox's limits (memory,
+processes, output size), which the official runner does not set.
 """
 
 from __future__ import annotations
@@ -14,15 +21,29 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tasks.base import Prompt
-from tasks.livecodebench.grader import OUTCOMES, GradeSettings, Verdict, grade, grade_many
+from tasks.base import THINK_CLOSE, Prompt, split_thinking
+from tasks.livecodebench.grader import OUTCOMES, PROTOCOLS, GradeSettings, Verdict, grade, grade_many
 from tasks.livecodebench.loading import get, load_problems, release_files, source_paths, window
 from tasks.livecodebench.problem import Problem
 from tasks.livecodebench.prompts import build_prompt, extract_code, resolve_style
 
 PRIMARY_METRIC = "pass@1"
 
-__all__ = ["OUTCOMES", "Problem", "load", "validate", "prompt", "score", "score_many", "summarize"]
+__all__ = ["OUTCOMES", "PROTOCOLS", "Problem", "answer_part", "load", "prompt", "protocol_name", "score", "score_many",
+           "summarize", "validate"]
+
+
+def protocol_name(cfg: Any) -> str:
+    """The grading protocol of this run (``task.protocol``), as rows and ``meta.json`` record it."""
+    return GradeSettings.from_cfg(cfg).protocol if cfg is not None else PROTOCOLS[0]
+
+
+def answer_part(completion: str, thinking: bool, *, cfg: Any = None) -> tuple[str, bool]:
+    """``(text to extract code from, thinking_closed)``: lcb_runner extracts from the whole output; ``strict`` from
+    the text after ``</think>`` (:func:`tasks.base.split_thinking`)."""
+    if protocol_name(cfg) == "lcb_runner":
+        return completion, (THINK_CLOSE in completion) if thinking else True
+    return split_thinking(completion, thinking)
 
 
 def load(cfg: Any) -> list[Problem]:
@@ -56,25 +77,27 @@ def prompt(item: Problem, model_cfg: Any, *, cfg: Any = None, tokenizer: Any = N
                         get(model_cfg, "system_prompt"))
 
 
-def _row(code: str | None, verdict: Verdict) -> dict:
+def _row(code: str | None, verdict: Verdict, protocol: str) -> dict:
     return {"prediction": code, "answer": None, "correct": verdict.correct, "outcome": verdict.outcome,
             "tests_passed": verdict.tests_passed, "tests_total": verdict.tests_total,
             "failed_test": verdict.failed_test, "error": verdict.error, "exec_time_s": verdict.exec_time_s,
-            "sandbox": verdict.sandbox}
+            "sandbox": verdict.sandbox, "protocol": protocol}
 
 
 def score(item: Problem, completion: str, *, cfg: Any = None) -> dict:
     """Extract the last code block and grade it in the sandbox. ``prediction`` is the code (None when there is
     none), ``correct`` whether every test passed, ``outcome`` one of ``OUTCOMES``."""
     code = extract_code(completion)
-    return _row(code, grade(item, code, GradeSettings.from_cfg(cfg)))
+    settings = GradeSettings.from_cfg(cfg)
+    return _row(code, grade(item, code, settings), settings.protocol)
 
 
 def score_many(pairs: Sequence[tuple[Problem, str]], *, cfg: Any = None) -> list[dict]:
     """``score`` for many ``(item, completion)`` pairs, graded ``task.exec_workers`` at a time."""
     codes = [extract_code(completion) for _, completion in pairs]
-    verdicts = grade_many([(item, code) for (item, _), code in zip(pairs, codes)], GradeSettings.from_cfg(cfg))
-    return [_row(code, verdict) for code, verdict in zip(codes, verdicts)]
+    settings = GradeSettings.from_cfg(cfg)
+    verdicts = grade_many([(item, code) for (item, _), code in zip(pairs, codes)], settings)
+    return [_row(code, verdict, settings.protocol) for code, verdict in zip(codes, verdicts)]
 
 
 def _ks(cfg: Any) -> tuple[int, ...]:

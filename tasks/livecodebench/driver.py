@@ -14,8 +14,22 @@ Execution semantics follow LiveCodeBench's ``lcb_runner/evaluation/testing_util.
 imports; stdin programs have a trailing ``if __name__ == '__main__':`` unwrapped, their imports hoisted and the rest
 wrapped into one function called once per test (``SystemExit`` ends a test normally); functional programs are
 executed as a module named ``tmp_sol`` and, when the text contains ``class Solution``, called on one ``Solution()``
-instance with ``json.loads`` of each input line as arguments. Unlike the official mocks, stdin and stdout are real
-file descriptors, so ``sys.stdin.buffer``, ``open(0)`` and ``sys.stdout.buffer`` behave as on a judge.
+instance with ``json.loads`` of each input line as arguments.
+
+Two I/O protocols (``job["protocol"]``, ``task.protocol``):
+
+* ``lcb_runner`` (default): as ``run_test`` runs a program. Before the program loads, :func:`reliability_guard`
+  disables what the official ``reliability_guard()`` disables (``os.fork``, ``os.kill``, ``os.getcwd``, ``os.putenv``
+  (so ``os.environ[...] = ...``), ``subprocess.Popen``, ``quit``, ``help``, ``import resource`` …) and
+  ``sys.set_int_max_str_digits(50000)`` applies (``compute_code_generation_metrics.py``). During each stdin test,
+  stdin and stdout behave as ``call_method``'s patches and ``Capturing`` make them: ``sys.stdin`` is
+  :class:`LcbStdin` (``read()`` the whole input, ``readline()``, ``readlines()`` split on ``"\\n"``, ``buffer.read()``
+  bytes, ``buffer.readline()`` always the first line; not iterable), the stdin object bound before the test (``from
+  sys import stdin``) answers ``read``/``readline``/``readlines`` from the input, ``sys.stdout`` is a string buffer
+  (no ``.buffer``; ``close()`` raises), and file descriptors 0/1 are empty/discarded (``open(0)``, ``os.read(0)``,
+  ``os.write(1)`` see nothing of the test). Functional tests are called without patches.
+* ``strict``: stdin and stdout are real file descriptors (``sys.stdin.buffer``, ``open(0)``, ``sys.stdout.buffer``
+  behave as on a judge); no guard, Python's default integer digit limit.
 """
 
 from __future__ import annotations
@@ -113,6 +127,8 @@ def drop_privileges(uid: int) -> None:
 
 def watch_parent(fd: int) -> None:
     """End the whole sandbox when the parent goes away (its end of this pipe closes)."""
+    killpg = os.killpg  # bound now: the lcb_runner guard sets os.killpg to None
+
     def _wait() -> None:
         try:
             while os.read(fd, 4096):
@@ -120,11 +136,144 @@ def watch_parent(fd: int) -> None:
         except OSError:
             pass
         try:
-            os.killpg(0, 9)
+            killpg(0, 9)
         finally:
             os._exit(1)
 
     threading.Thread(target=_wait, name="parent-watch", daemon=True).start()
+
+
+# ----------------------------------------------------------------------------------------------- lcb_runner I/O
+
+# testing_util.reliability_guard(): the names it sets to None (maximum_memory_bytes is not passed by run_test).
+_GUARD_OS = ("kill", "system", "putenv", "remove", "removedirs", "rmdir", "fchdir", "setuid", "fork", "forkpty",
+             "killpg", "rename", "renames", "truncate", "replace", "unlink", "fchmod", "fchown", "chmod", "chown",
+             "chroot", "lchflags", "lchmod", "lchown", "getcwd", "chdir")
+_GUARD_MODULES = ("ipdb", "joblib", "resource", "psutil", "tkinter")
+INT_MAX_STR_DIGITS = 50000  # lcb_runner/evaluation/compute_code_generation_metrics.py
+
+
+def reliability_guard() -> None:
+    """Disable what lcb_runner's ``reliability_guard()`` disables, in this process, before the program loads.
+    Not a security measure (the sandbox is); it makes the same programs fail as fail officially."""
+    import faulthandler
+    import shutil
+    import subprocess
+
+    faulthandler.disable()
+    builtins.quit = None
+    builtins.help = None
+    os.environ["OMP_NUM_THREADS"] = "1"
+    for name in _GUARD_OS:
+        setattr(os, name, None)
+    shutil.rmtree = shutil.move = shutil.chown = None
+    subprocess.Popen = None
+    for name in _GUARD_MODULES:
+        sys.modules[name] = None
+    sys.set_int_max_str_digits(INT_MAX_STR_DIGITS)
+
+
+class LcbStdinBuffer:
+    """``sys.stdin.buffer`` during an lcb_runner test: ``read()`` the whole input as bytes, ``readline()`` always
+    its first line (testing_util ``MockBuffer``)."""
+
+    def __init__(self, text: str) -> None:
+        self._data = text.encode("utf-8", "surrogatepass")
+
+    def read(self, *args: object) -> bytes:
+        return self._data
+
+    def readline(self, *args: object) -> bytes:
+        return self._data.split(b"\n")[0] + b"\n"
+
+
+class LcbStdin:
+    """``sys.stdin`` during an lcb_runner test (testing_util ``MockStdinWithBuffer``): ``read()`` returns the whole
+    input every time, ``readline()`` reads on, ``readlines()`` is the input split on newlines (no line ends, a
+    trailing ``""``), other attributes are those of a string buffer; it defines no ``__iter__``, so ``for line in
+    sys.stdin`` raises ``TypeError``."""
+
+    def __init__(self, text: str) -> None:
+        self._text = text
+        self._lines = io.StringIO(text)
+        self.buffer = LcbStdinBuffer(text)
+
+    def read(self, *args: object) -> str:
+        return self._text
+
+    def readline(self, *args: object) -> str:
+        return self._lines.readline(*args)
+
+    def readlines(self, *args: object) -> list[str]:
+        return self._text.split("\n")
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._lines, name)
+
+
+def _lcb_open(text: str):
+    """``builtins.open`` during a test (``mock_open(read_data=inputs)``): any path, a fresh reader over the input;
+    writes are dropped. (Programs see it only through ``builtins.open``: the prelude's ``from builtins import *``
+    binds the real ``open`` first, as officially.)"""
+    def fake_open(*args: object, **kwargs: object) -> io.StringIO:
+        handle = io.StringIO(text)
+        handle.write = lambda *a, **k: None  # type: ignore[method-assign]
+        return handle
+
+    return fake_open
+
+
+class BoundedCapture(io.StringIO):
+    """``Capturing``'s string buffer with a bound: past ``limit`` characters a write fails with "File too large" (as
+    the file size limit makes a real stdout fail), so a flood cannot exhaust memory. The grader raises the limit
+    above twice the largest expected output, so no correct program reaches it."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+
+    def write(self, text: str) -> int:
+        if self.tell() + len(text) > self.limit:
+            raise OSError(27, "File too large")  # EFBIG
+        return super().write(text)
+
+
+def run_stdin_lcb(function, inputs: list[str], max_output: int, chan: Channel) -> None:
+    """Each stdin test as ``grade_stdio`` + ``call_method`` + ``Capturing`` run it (see the module docstring)."""
+    bound_stdin, real_open = sys.stdin, builtins.open
+    for i, text in enumerate(inputs):
+        lines = iter(text.split("\n"))
+        patched = {"read": lambda *a, _t=text: _t, "readline": lambda *a, _l=lines: next(_l),
+                   "readlines": lambda *a, _t=text: _t.split("\n")}
+        for name, fn in patched.items():
+            setattr(bound_stdin, name, fn)
+        capture = BoundedCapture(max_output)
+        capture.close = lambda x: 1  # type: ignore[method-assign]  # Capturing: close() with no argument raises
+        sys.stdin, sys.stdout, builtins.open = LcbStdin(text), capture, _lcb_open(text)
+        chan.send(ev="start", i=i)
+        error = None
+        try:
+            function()
+        except SystemExit:
+            pass
+        except BaseException as exc:  # noqa: BLE001 - the program's failure
+            error = describe(exc)
+        finally:
+            sys.stdin, sys.stdout, builtins.open = bound_stdin, sys.__stdout__, real_open
+            for name in patched:
+                try:
+                    delattr(bound_stdin, name)
+                except AttributeError:
+                    pass
+        if error is not None:
+            chan.send(ev="result", i=i, ok=False, error=error)
+            return
+        try:
+            out = capture.getvalue()
+        except BaseException as exc:  # noqa: BLE001 - the program may have broken the buffer
+            chan.send(ev="result", i=i, ok=False, error=describe(exc))
+            return
+        chan.send(ev="result", i=i, ok=True, stdout=out[:max_output], truncated=len(out) > max_output)
 
 
 # ----------------------------------------------------------------------------------------------- code shaping
@@ -278,11 +427,16 @@ def main(argv: list[str]) -> int:
             fh.write(b"probe")
         chan.send(ev="done")
         return 0
+    lcb = job.get("protocol", "lcb_runner") == "lcb_runner"
+    if lcb:
+        reliability_guard()  # run_test: the guard comes before the program is compiled
     target = load(job["kind"], job["code"], job.get("func_name"), chan)
     if target is None:
         return 0
     chan.send(ev="compiled")
-    if job["kind"] == "stdin":
+    if job["kind"] == "stdin" and lcb:
+        run_stdin_lcb(target, job["inputs"], int(job["max_output_bytes"]), chan)
+    elif job["kind"] == "stdin":
         run_stdin(target, job["inputs"], int(job["max_output_bytes"]), chan)
     else:
         run_functional(target, job["inputs"], chan)

@@ -34,6 +34,7 @@ from tasks.livecodebench.sandbox import Limits, RunResult, SandboxError, execute
 log = logging.getLogger(__name__)
 
 OUTCOMES = ("passed", "wrong_answer", "timeout", "runtime_error", "compile_error", "no_code", "protocol_error")
+PROTOCOLS = ("lcb_runner", "strict")  # how programs run: lcb_runner's run_test semantics, or real file descriptors
 
 
 def _number(cfg: Any, name: str, default: Any, kind: type = int) -> Any:
@@ -53,8 +54,11 @@ class GradeSettings:
     sandbox: str = "auto"
     python: str | None = None
     exec_workers: int | None = None
+    protocol: str = "lcb_runner"
 
     def __post_init__(self) -> None:
+        if self.protocol not in PROTOCOLS:
+            raise ValueError(f"task.protocol: expected one of {', '.join(PROTOCOLS)}, got {self.protocol!r}")
         if self.sandbox not in isolation.MODES:
             raise ValueError(f"task.sandbox: expected one of {', '.join(isolation.MODES)}, got {self.sandbox!r}")
         if self.exec_workers is not None and self.exec_workers < 1:
@@ -72,7 +76,8 @@ class GradeSettings:
         python = get(cfg, "python")
         return cls(limits=limits, sandbox=str(get(cfg, "sandbox", "auto")),
                    python=None if python is None else str(python),
-                   exec_workers=None if workers is None else _number(cfg, "exec_workers", None))
+                   exec_workers=None if workers is None else _number(cfg, "exec_workers", None),
+                   protocol=str(get(cfg, "protocol", "lcb_runner")))
 
     @property
     def workers(self) -> int:
@@ -199,7 +204,8 @@ def grade(problem: Problem, code: str | None, settings: GradeSettings) -> Verdic
 
         try:
             result = execute(iso, problem.kind, code, problem.func_name, [t.input for t in problem.tests],
-                             limits, on_result, hidden=(problem.source_file,) if problem.source_file else ())
+                             limits, on_result, hidden=(problem.source_file,) if problem.source_file else (),
+                             protocol=settings.protocol)
             break
         except SandboxError:
             if attempt == 2:

@@ -92,9 +92,10 @@ OnResult = Callable[[int, dict], bool]
 
 
 def execute(iso: Isolation, kind: str, code: str, func_name: str | None, inputs: list[str], limits: Limits,
-            on_result: OnResult, hidden: tuple[str, ...] = ()) -> RunResult:
+            on_result: OnResult, hidden: tuple[str, ...] = (), protocol: str = "lcb_runner") -> RunResult:
     """Run ``code`` on ``inputs`` in one sandboxed interpreter. ``on_result(i, message)`` sees each test's report
-    in order and returns False to stop there. Raises :class:`SandboxError` when the sandbox cannot start."""
+    in order and returns False to stop there. ``protocol``: the program's I/O semantics (see ``driver.py``).
+    Raises :class:`SandboxError` when the sandbox cannot start."""
     root = tempfile.mkdtemp(prefix="lcb-")
     uid = iso.new_uid()
     try:
@@ -102,7 +103,7 @@ def execute(iso: Isolation, kind: str, code: str, func_name: str | None, inputs:
         job_dir = os.path.join(root, "job")
         os.mkdir(job_dir, 0o700)
         max_out = limits.max_output_mb * MiB
-        job = {"kind": kind, "code": code, "func_name": func_name, "inputs": inputs, "uid": uid,
+        job = {"kind": kind, "code": code, "func_name": func_name, "inputs": inputs, "uid": uid, "protocol": protocol,
                "limits": limits.rlimits(len(inputs)), "max_output_bytes": max_out,
                "sys_path": interpreter_sys_path(iso.python),
                "nproc_relative": iso.mode == "process" and uid is None and os.geteuid() != 0}

@@ -10,9 +10,10 @@ official protocol of ``pred.py``/``result.py``: 503 four-choice questions over c
 
 from tasks.longbench_v2.data import Item, load, validate
 from tasks.longbench_v2.prompting import followup, prompt
-from tasks.longbench_v2.scoring import extract_answer, score
+from tasks.longbench_v2.scoring import PROTOCOLS, extract_answer, protocol_name, score
 from tasks.longbench_v2.summary import summarize
 
 PRIMARY_METRIC = "accuracy"
 
-__all__ = ["PRIMARY_METRIC", "Item", "extract_answer", "followup", "load", "prompt", "score", "summarize", "validate"]
+__all__ = ["PRIMARY_METRIC", "PROTOCOLS", "Item", "extract_answer", "followup", "load", "prompt", "protocol_name",
+           "score", "summarize", "validate"]

@@ -86,6 +86,9 @@ def validate(cfg: Any) -> None:
         raise ValueError(f"task.cot: must be true or false, got {cfg.get('cot')!r}")
     for knob in FILTERS:
         filter_values(cfg, knob)
+    from tasks.longbench_v2.scoring import protocol_name
+
+    protocol_name(cfg)
 
 
 def filter_values(cfg: Any, knob: str) -> tuple[str, ...] | None:

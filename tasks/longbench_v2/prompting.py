@@ -91,16 +91,19 @@ def followup(item: Item, completion: str, model_cfg: Any, *, cfg: Any = None,
              tokenizer: Tokenizer | None = None) -> tuple[Prompt, int] | None:
     """The CoT answer call (``0shot_cot_ans.txt`` with the stripped CoT), or None when there is no second call.
 
-    No second call: direct mode, thinking models, and an empty CoT (``pred.py`` drops an item whose response is
-    empty; here it stays, unanswered). The answer call gets ``task.answer_tokens`` new tokens (128 officially) and
-    contains no document ("The text is too long and omitted here.").
+    No second call: direct mode, thinking models, and an empty first output (``pred.py``: ``if output == '':
+    continue``; the row then has an empty completion: left out under ``task.protocol=official``, unanswered under
+    ``strict``). A whitespace-only CoT does get its answer call, with an empty ``$COT$``, as in ``pred.py``. The
+    answer call gets ``task.answer_tokens`` new tokens (128 officially) and contains no document ("The text is too
+    long and omitted here.").
     """
     if not _cot_mode(model_cfg, cfg):
         return None
-    cot = (completion or "").strip()
-    if not cot:
-        log.warning("longbench_v2: item %s produced an empty CoT; no answer call, counted unanswered", item.item_id)
+    if not completion:
+        log.warning("longbench_v2: item %s produced an empty CoT; no answer call (pred.py skips the item)",
+                    item.item_id)
         return None
+    cot = completion.strip()
     text = fill(template(COT_ANSWER), item, cot=cot)
     answer_tokens = cfg.get("answer_tokens") or 128
     return _as_prompt(text, model_cfg, cfg, tokenizer), answer_tokens

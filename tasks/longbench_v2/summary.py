@@ -6,8 +6,11 @@ Metrics, all in percent (0..100) as ``result.py`` prints them, each with ``n`` =
 - ``compensated``: the same but an unanswered item scores 0.25 (``result.py`` with ``compensated = True``);
 - ``answered``: share of items with an extracted letter (a diagnostic: compression can break the answer format).
 
-With several samples per item, each item counts once, with its mean over samples. Unrounded (``result.py`` rounds
-to one decimal when printing).
+- ``skipped``: share of rows left out (``task.protocol=official``: an empty output, which ``pred.py`` never writes,
+  so ``result.py`` divides by the items written); ``n`` = all rows.
+
+With several samples per item, each item counts once, with its mean over its kept samples (an item with no kept
+sample is left out). Unrounded (``result.py`` rounds to one decimal when printing).
 """
 
 from __future__ import annotations
@@ -26,6 +29,11 @@ def summarize(rows: pd.DataFrame, *, cfg: object = None) -> pd.DataFrame:
     and the breakdown columns ``difficulty, length, domain`` (those absent are skipped)."""
     if rows.empty:
         return pd.DataFrame(columns=COLUMNS)
+    skipped = rows["skipped"].fillna(False).astype(bool) if "skipped" in rows.columns else pd.Series(False, rows.index)
+    skipped_row = {"metric": "skipped", "group": "all", "value": 100.0 * float(skipped.mean()), "n": len(rows)}
+    rows = rows[~skipped.to_numpy()]
+    if rows.empty:
+        return pd.DataFrame([skipped_row], columns=COLUMNS)
     per_row = pd.DataFrame({
         "item_id": rows["item_id"].astype(str),
         "accuracy": _as_score(rows["correct"]),
@@ -47,7 +55,7 @@ def summarize(rows: pd.DataFrame, *, cfg: object = None) -> pd.DataFrame:
 
     out = [{"metric": metric, "group": name, "value": 100.0 * float(part[metric].mean()), "n": len(part)}
            for metric in METRICS for name, part in groups]
-    return pd.DataFrame(out, columns=COLUMNS)
+    return pd.DataFrame([*out, skipped_row], columns=COLUMNS)
 
 
 def _as_score(values: pd.Series) -> pd.Series:
