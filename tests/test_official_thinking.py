@@ -87,9 +87,12 @@ def test_tasks_without_their_own_protocol_use_split_thinking():
     assert answer_part(object(), "still thinking", True) == ("", False)
 
 
+BASE = {"device": "cpu", "attn_implementation": "sdpa"}  # the rest of a model node that check_model_config reads
+
+
 def test_model_revision_is_checked():
-    random = OmegaConf.create({"source": "random", "dtype": "float32", "revision": "abc123"})
+    random = OmegaConf.create({"source": "random", "dtype": "float32", "revision": "abc123", **BASE})
     with pytest.raises(ValueError, match="model.revision"):
         check_model_config(random)
     with pytest.raises(ValueError, match="model.revision"):
-        check_model_config(OmegaConf.create({"source": "hub", "dtype": "bfloat16", "hub_id": "x/y", "revision": 5}))
+        check_model_config(OmegaConf.create({"source": "hub", "dtype": "bfloat16", "hub_id": "x/y", "revision": 5, **BASE}))
