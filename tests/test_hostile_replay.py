@@ -57,7 +57,8 @@ def poisoned_replay(path: Path) -> dict[tuple[str, int], str]:
 def test_a_poisoned_30_row_replay_keeps_every_row_and_resumes(tmp_path):
     poisoned = poisoned_replay(tmp_path / "replay.jsonl")
     overrides = ["task=livecodebench", "task.source=bundled", "backend=replay", f"backend.path={tmp_path}/replay.jsonl",
-                 f"hydra.run.dir={tmp_path}/run", f"out_root={tmp_path}", "task.timeout_s=4"]
+                 f"hydra.run.dir={tmp_path}/run", f"out_root={tmp_path}", "task.timeout_s=4",
+                 "task.protocol=strict"]  # the sandbox must hold without lcb_runner's guard
     out = run(compose_cfg(overrides))
     rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert len(rows) == 30 and len({(r["item_id"], r["sample_idx"]) for r in rows}) == 30
