@@ -12,7 +12,7 @@ import pytest
 from bench.aime_grading import garbage_texts, mixed_rows
 from tasks.aime24 import grading
 from tasks.aime24.data import Item
-from tasks.aime24.grading import canonical_answer, grade, integer_value, last_boxed
+from tasks.aime24.grader import canonical_answer, grade, integer_value, last_boxed
 from tasks.aime24.verify_worker import WORKER
 
 

@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from tasks.base import Prompt
 from tasks.longbench_v2 import followup, load, prompt
 from tasks.longbench_v2.data import Item
-from tasks.longbench_v2.prompting import COT, COT_ANSWER, DIRECT, template, truncate_middle
+from tasks.longbench_v2.prompts import COT, COT_ANSWER, DIRECT, template, truncate_middle
 
 # The official templates (THUDM/LongBench prompts/, quoted in the project's reference notes), written out here
 # independently of the bundled copies they check.

@@ -12,7 +12,7 @@ Grading, ``task.protocol`` (:data:`PROTOCOLS`):
 - ``lighteval`` (default): lighteval's aime24 metric (:mod:`tasks.aime24.lighteval_metric`): ``<think>…</think>``
   removed only when both tags are present, then Math-Verify's expression + LaTeX extraction over the whole text;
 - ``boxed`` (stricter): the last ``\\boxed{...}`` after the last ``</think>``, an integer comparison ("025" == 25),
-  else Math-Verify with the gold first (:func:`tasks.aime24.grading.grade`); a thinking model's completion that never
+  else Math-Verify with the gold first (:func:`tasks.aime24.grader.grade`); a thinking model's completion that never
   closes ``</think>`` has no answer.
 
 Every row records ``protocol``; ``thinking_closed`` stays a column under both. Metrics (:mod:`tasks.aime24.summary`)
@@ -31,7 +31,7 @@ from typing import Any
 
 from tasks.aime24.data import Item, load
 from tasks.aime24.data import validate as _validate_data
-from tasks.aime24.grading import DEFAULT_TIMEOUT_S, canonical_answer, grade, grade_lighteval
+from tasks.aime24.grader import DEFAULT_TIMEOUT_S, canonical_answer, grade, grade_lighteval
 from tasks.aime24.summary import per_problem, summarize
 from tasks.base import THINK_CLOSE, Prompt, r1_prefill, split_thinking
 
@@ -100,7 +100,7 @@ def score(item: Item, completion: str, *, cfg: Any = None) -> dict[str, Any]:
     """Grade one completion: ``prediction`` (canonical answer or None), ``answer``, ``correct``, ``boxed`` (the raw
     boxed text) and ``protocol``. Never raises on model output.
 
-    ``lighteval``: see :func:`tasks.aime24.grading.grade_lighteval`. ``boxed``: ``completion`` is the answer part; if a
+    ``lighteval``: see :func:`tasks.aime24.grader.grade_lighteval`. ``boxed``: ``completion`` is the answer part; if a
     ``</think>`` is still present, only the text after the last one is graded, and a ``<think>`` that never closes
     leaves nothing to grade, so a box inside the thinking never counts.
     """

@@ -4,7 +4,7 @@ Math-Verify bounds parsing and comparison with ``signal.alarm``, which Python on
 from a worker thread it raises. Turning its timeouts off is no answer (``\\boxed{9^{9^{9}}}`` then keeps sympy busy
 for a very long time), so a grader called off the main thread sends the comparison to a child process
 (``python -c "from tasks.aime24.verify_worker import main; main()"``). It reads JSON lines
-``[gold, text, timeout_s, mode]`` on stdin (mode ``boxed``: :func:`~tasks.aime24.grading.math_verify_compare` on a boxed
+``[gold, text, timeout_s, mode]`` on stdin (mode ``boxed``: :func:`~tasks.aime24.grader.math_verify_compare` on a boxed
 answer; ``lighteval``: :func:`~tasks.aime24.lighteval_metric.lighteval_compare` on a whole answer text) and answers
 ``[prediction_key, correct]``, Math-Verify's alarms working in its
 main thread. The parent waits at most ``3 * timeout_s + 60`` seconds per answer, then kills the child (a fresh one
@@ -97,7 +97,7 @@ WORKER = VerifyWorker()  # starts its child on first use
 
 def main() -> None:
     """The child's loop: one JSON request per line in, one verdict per line out."""
-    from tasks.aime24.grading import math_verify_compare
+    from tasks.aime24.grader import math_verify_compare
     from tasks.aime24.lighteval_metric import lighteval_compare
 
     replies, sys.stdout = sys.stdout, sys.stderr  # stray prints must not corrupt the reply stream

@@ -1,7 +1,7 @@
 """LiveCodeBench code generation (``lcb_runner``): official prompts, extraction, grading and pass@k, with every
 model-written program run in an isolated sandbox.
 
-* data: ``loading.py`` (hub release files, ``task.path``, the bundled sample; the contest-date window) and
+* data: ``data.py`` (hub release files, ``task.path``, the bundled sample; the contest-date window) and
   ``problem.py`` (the typed record; private tests decoded by a pickle loader that refuses every global);
 * prompts and extraction: ``prompts.py``; grading semantics: ``grader.py``; isolation: ``isolation.py`` (which mode,
   which guarantees) + ``sandbox.py`` (one run) + ``driver.py`` (what runs inside); metrics: ``summary.py``.
@@ -23,7 +23,7 @@ from typing import Any
 
 from tasks.base import THINK_CLOSE, Prompt, split_thinking
 from tasks.livecodebench.grader import OUTCOMES, PROTOCOLS, GradeSettings, Verdict, grade, grade_many
-from tasks.livecodebench.loading import get, load_problems, release_files, source_paths, window
+from tasks.livecodebench.data import get, load_problems, release_files, source_paths, window
 from tasks.livecodebench.problem import Problem
 from tasks.livecodebench.prompts import build_prompt, extract_code, resolve_style
 

@@ -27,7 +27,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from tasks.livecodebench import isolation
-from tasks.livecodebench.loading import get
+from tasks.livecodebench.data import get
 from tasks.livecodebench.problem import Problem
 from tasks.livecodebench.sandbox import Limits, RunResult, SandboxError, execute
 

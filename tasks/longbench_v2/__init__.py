@@ -2,15 +2,15 @@
 official protocol of ``pred.py``/``result.py``: 503 four-choice questions over contexts of 8k to 2M words.
 
 - :mod:`.data`: the schema, hub/path/bundled loading, the ``difficulty``/``length``/``domain`` filters;
-- :mod:`.prompting`: the official templates, middle truncation to ``max_len`` tokens, the CoT second call;
-- :mod:`.scoring`: the official answer extraction;
+- :mod:`.prompts`: the official templates, middle truncation to ``max_len`` tokens, the CoT second call;
+- :mod:`.grader`: the official answer extraction;
 - :mod:`.summary`: the official breakdown table, plus per-domain and the compensated variant;
 - :mod:`.build_sample`: how the bundled FORMAT SAMPLE (not LongBench data) was made.
 """
 
 from tasks.longbench_v2.data import Item, load, validate
-from tasks.longbench_v2.prompting import followup, prompt
-from tasks.longbench_v2.scoring import PROTOCOLS, extract_answer, protocol_name, score
+from tasks.longbench_v2.prompts import followup, prompt
+from tasks.longbench_v2.grader import PROTOCOLS, extract_answer, protocol_name, score
 from tasks.longbench_v2.summary import summarize
 
 PRIMARY_METRIC = "accuracy"

@@ -86,7 +86,7 @@ def validate(cfg: Any) -> None:
         raise ValueError(f"task.cot: must be true or false, got {cfg.get('cot')!r}")
     for knob in FILTERS:
         filter_values(cfg, knob)
-    from tasks.longbench_v2.scoring import protocol_name
+    from tasks.longbench_v2.grader import protocol_name
 
     protocol_name(cfg)
 
