@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from bench.aime_grading import garbage_texts, mixed_rows
-from tasks.aime24 import grading
+from tasks.aime24 import grader
 from tasks.aime24.data import Item
 from tasks.aime24.grader import canonical_answer, grade, integer_value, last_boxed
 from tasks.aime24.verify_worker import WORKER
@@ -111,7 +111,7 @@ def test_grading_1000_rows_of_a_realistic_mix():
     import tasks.aime24 as aime
     from omegaconf import OmegaConf
 
-    grading.clear_caches()
+    grader.clear_caches()
     pairs, _, _ = mixed_rows(1000)
     results = aime.score_many(pairs, cfg=OmegaConf.create({"protocol": "boxed"}))
     assert len(results) == 1000
@@ -133,9 +133,9 @@ def test_math_verify_from_worker_threads_matches_the_main_thread():
     with ThreadPoolExecutor(max_workers=1) as pool:
         with pytest.raises(ValueError, match="threaded environment"):
             pool.submit(parse, "\\boxed{\\dfrac{50}{2}}").result()
-    grading.clear_caches()
+    grader.clear_caches()
     main = [grade(g, c).correct for g, c, _ in CASES]
-    grading.clear_caches()  # no memoised verdicts: the threads must grade for themselves
+    grader.clear_caches()  # no memoised verdicts: the threads must grade for themselves
     with ThreadPoolExecutor(max_workers=2) as pool:
         threaded = list(pool.map(lambda case: grade(case[0], case[1]).correct, CASES))
     assert WORKER.pid is not None  # the child process did the work
@@ -146,7 +146,7 @@ def test_math_verify_from_worker_threads_matches_the_main_thread():
 def test_a_runaway_comparison_times_out_instead_of_hanging(where):
     """9^(9^9) makes sympy's simplification run for a very long time; the alarm (in our main thread, or in the
     grading child process when we are off the main thread) cuts it after grade_timeout_s."""
-    grading.clear_caches()
+    grader.clear_caches()
     out = {}
 
     def run():
@@ -171,7 +171,7 @@ def test_a_stalled_child_is_killed_and_replaced(monkeypatch):
     and the next call starts a fresh child. (The wait is shortened here by faking select's timeout.)"""
     import select as select_module
 
-    grading.clear_caches()
+    grader.clear_caches()
     WORKER.close()
     monkeypatch.setattr(select_module, "select", lambda r, w, x, timeout: ([], [], []))
     result = {}

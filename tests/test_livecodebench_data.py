@@ -14,7 +14,7 @@ import pytest
 from omegaconf import OmegaConf
 
 import tasks.livecodebench as lcb
-from tasks.livecodebench import loading
+from tasks.livecodebench.data import release_files
 from tasks.livecodebench.problem import decode_compressed, plain_unpickle
 
 SAMPLE = Path(lcb.__file__).resolve().parents[1] / "data" / "livecodebench" / "sample.jsonl"
@@ -109,7 +109,7 @@ def test_hub_release_reads_the_release_files(monkeypatch, tmp_path, release, fil
 @pytest.mark.parametrize("release", ["release_v7", "v0", "v5_v3", "latest", "v3_v9"])
 def test_unknown_release_is_refused(release):
     with pytest.raises(ValueError, match="task.release: unknown release"):
-        loading.release_files(release)
+        release_files(release)
 
 
 def test_hub_failure_names_the_file_and_the_way_out(monkeypatch):

@@ -20,16 +20,14 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from tasks.base import bundled_path, read_records
+from tasks.base import read_records
+from tasks.source import apply_limit, cfg_get, check_limit, local_file, source_of
 
 log = logging.getLogger(__name__)
 
 BUNDLED = "aime24/aime24_sample.jsonl"
-SOURCES = ("hub", "path", "bundled")
-_SUFFIXES = (".jsonl", ".json", ".parquet")
 _URL_EXAM = re.compile(r"(\d{4})_AIME_(I{1,2})_Problems/Problem_(\d+)")
 _ID_EXAM = re.compile(r"^(\d{4})-(I{1,2})-(\d+)$")
 
@@ -149,24 +147,15 @@ def _exam_of(item_id: str, url: str | None) -> tuple[str | None, int | None]:
 
 def load(cfg: Any) -> list[Item]:
     """Items from ``cfg.source`` (``hub`` | ``path`` | ``bundled``), the first ``cfg.limit`` of them."""
-    source = _get(cfg, "source", "hub")
-    if source == "bundled":
-        path = bundled_path(BUNDLED)
-        items = to_items(read_records(path), f"bundled file {path}")
-    elif source == "path":
-        path = _get(cfg, "path", None)
-        if not path:
-            raise ValueError("task.path: required when task.source=path")
-        items = to_items(read_records(path), f"task.path {path}")
-    elif source == "hub":
-        hub_id = _get(cfg, "hub_id", H4.name)
-        split = _get(cfg, "split", "train")
-        items = to_items(_hub_records(hub_id, split, _get(cfg, "revision", None)), f"hub {hub_id} split {split}")
+    source = source_of(cfg)
+    path = local_file(cfg, BUNDLED)
+    if path is not None:
+        items = to_items(read_records(path), f"bundled file {path}" if source == "bundled" else f"task.path {path}")
     else:
-        raise ValueError(f"task.source: expected one of {', '.join(SOURCES)}, got {source!r}")
-    limit = _get(cfg, "limit", None)
-    if limit is not None:
-        items = items[: _check_limit(limit)]
+        hub_id = cfg_get(cfg, "hub_id", H4.name)
+        split = cfg_get(cfg, "split", "train")
+        items = to_items(_hub_records(hub_id, split, cfg_get(cfg, "revision")), f"hub {hub_id} split {split}")
+    items = apply_limit(items, cfg)
     log.info("aime24: %d items from %s", len(items), source)
     return items
 
@@ -186,35 +175,11 @@ def _hub_records(hub_id: str, split: str, revision: str | None) -> list[dict[str
 
 def validate(cfg: Any) -> None:
     """Check the data knobs, and that a local source reads cleanly, before any model is loaded."""
-    source = _get(cfg, "source", "hub")
-    if source not in SOURCES:
-        raise ValueError(f"task.source: expected one of {', '.join(SOURCES)}, got {source!r}")
-    limit = _get(cfg, "limit", None)
-    if limit is not None:
-        _check_limit(limit)
-    if source == "hub":
+    check_limit(cfg)
+    if source_of(cfg) == "hub":
         for knob, default in (("hub_id", H4.name), ("split", "train")):
-            value = _get(cfg, knob, default)
+            value = cfg_get(cfg, knob, default)
             if not isinstance(value, str) or not value.strip():
                 raise ValueError(f"task.{knob}: must be a non-empty string, got {value!r}")
         return
-    if source == "path":
-        path = _get(cfg, "path", None)
-        if not path:
-            raise ValueError("task.path: required when task.source=path")
-        if Path(str(path)).suffix.lower() not in _SUFFIXES:
-            raise ValueError(f"task.path: expected a {'/'.join(_SUFFIXES)} file, got {path}")
     load(cfg)  # local sources are small: reading them is the check
-
-
-def _check_limit(limit: Any) -> int:
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise ValueError(f"task.limit: must be a positive integer or null, got {limit!r}")
-    return limit
-
-
-def _get(cfg: Any, key: str, default: Any) -> Any:
-    if cfg is None:
-        return default
-    value = cfg.get(key, default) if hasattr(cfg, "get") else getattr(cfg, key, default)
-    return default if value is None else value  # null means "the default"

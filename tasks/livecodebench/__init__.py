@@ -23,9 +23,10 @@ from typing import Any
 
 from tasks.base import THINK_CLOSE, Prompt, split_thinking
 from tasks.livecodebench.grader import OUTCOMES, PROTOCOLS, GradeSettings, Verdict, grade, grade_many
-from tasks.livecodebench.data import get, load_problems, release_files, source_paths, window
+from tasks.livecodebench.data import load_problems, release_files, source_paths, window
 from tasks.livecodebench.problem import Problem
 from tasks.livecodebench.prompts import build_prompt, extract_code, resolve_style
+from tasks.source import cfg_get
 
 PRIMARY_METRIC = "pass@1"
 
@@ -55,11 +56,11 @@ def validate(cfg: Any) -> None:
     """Check every knob and the data source before any model is loaded; resolves (and probes) the sandbox, so the
     reduced-isolation warning, if any, comes first."""
     window(cfg)
-    resolve_style(str(get(cfg, "prompt_style", "auto")), None)
+    resolve_style(str(cfg_get(cfg, "prompt_style", "auto")), None)
     _ks(cfg)
     settings = GradeSettings.from_cfg(cfg)
-    if get(cfg, "source", "hub") == "hub":
-        release_files(str(get(cfg, "release", "release_latest")))
+    if cfg_get(cfg, "source", "hub") == "hub":
+        release_files(str(cfg_get(cfg, "release", "release_latest")))
         try:
             import huggingface_hub  # noqa: F401
         except ImportError as exc:
@@ -73,8 +74,8 @@ def validate(cfg: Any) -> None:
 
 def prompt(item: Problem, model_cfg: Any, *, cfg: Any = None, tokenizer: Any = None) -> Prompt:
     """The official prompt for the model family (``task.prompt_style``)."""
-    return build_prompt(item, str(get(cfg, "prompt_style", "auto")), get(model_cfg, "family"),
-                        get(model_cfg, "system_prompt"))
+    return build_prompt(item, str(cfg_get(cfg, "prompt_style", "auto")), cfg_get(model_cfg, "family"),
+                        cfg_get(model_cfg, "system_prompt"))
 
 
 def _row(code: str | None, verdict: Verdict, protocol: str) -> dict:
@@ -103,7 +104,7 @@ def score_many(pairs: Sequence[tuple[Problem, str]], *, cfg: Any = None) -> list
 def _ks(cfg: Any) -> tuple[int, ...]:
     from tasks.livecodebench.summary import DEFAULT_KS
 
-    ks = get(cfg, "pass_k", DEFAULT_KS)
+    ks = cfg_get(cfg, "pass_k", DEFAULT_KS)
     try:
         ks = tuple(int(k) for k in ks)
     except (TypeError, ValueError) as exc:

@@ -14,10 +14,10 @@ import logging
 import re
 from collections.abc import Iterator
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
-from tasks.base import bundled_path, iter_jsonl, read_records
+from tasks.base import iter_jsonl, read_records
+from tasks.source import cfg_get, check_limit, local_file
 from tasks.livecodebench.problem import Problem, parse_problem
 
 log = logging.getLogger(__name__)
@@ -26,15 +26,6 @@ HUB_ID = "livecodebench/code_generation_lite"
 VERSION_FILES = {1: "test.jsonl", 2: "test2.jsonl", 3: "test3.jsonl", 4: "test4.jsonl", 5: "test5.jsonl",
                  6: "test6.jsonl"}
 BUNDLED = "livecodebench/sample.jsonl"
-SOURCES = ("hub", "path", "bundled")
-
-
-def get(cfg: Any, name: str, default: Any = None) -> Any:
-    """``cfg.name`` for a DictConfig, a dict or None, with a default for absent or null keys."""
-    if cfg is None:
-        return default
-    value = cfg.get(name, default) if hasattr(cfg, "get") else getattr(cfg, name, default)
-    return default if value is None else value
 
 
 def release_files(release: str) -> list[str]:
@@ -66,7 +57,7 @@ def parse_date(value: Any, name: str) -> datetime | None:
 
 
 def window(cfg: Any) -> tuple[datetime | None, datetime | None]:
-    start, end = parse_date(get(cfg, "start_date"), "start_date"), parse_date(get(cfg, "end_date"), "end_date")
+    start, end = parse_date(cfg_get(cfg, "start_date"), "start_date"), parse_date(cfg_get(cfg, "end_date"), "end_date")
     if start and end and start > end:
         raise ValueError(f"task.start_date: {start.date()} is after task.end_date {end.date()}")
     return start, end
@@ -74,24 +65,15 @@ def window(cfg: Any) -> tuple[datetime | None, datetime | None]:
 
 def source_paths(cfg: Any) -> list[str]:
     """The local files to read for ``task.source`` (downloading them for ``hub``)."""
-    source = get(cfg, "source", "hub")
-    if source not in SOURCES:
-        raise ValueError(f"task.source: expected one of {', '.join(SOURCES)}, got {source!r}")
-    if source == "bundled":
-        return [str(bundled_path(BUNDLED))]
-    if source == "path":
-        path = get(cfg, "path")
-        if not path:
-            raise ValueError("task.path: required when task.source=path")
-        if not Path(path).is_file():
-            raise ValueError(f"task.path: no such file: {path}")
+    path = local_file(cfg, BUNDLED)
+    if path is not None:
         return [str(path)]
-    files = release_files(get(cfg, "release", "release_latest"))
+    files = release_files(cfg_get(cfg, "release", "release_latest"))
     try:
         from huggingface_hub import hf_hub_download
     except ImportError as exc:
         raise ValueError("task.source=hub needs the huggingface_hub package") from exc
-    repo, revision = get(cfg, "hub_id", HUB_ID), get(cfg, "revision")
+    repo, revision = cfg_get(cfg, "hub_id", HUB_ID), cfg_get(cfg, "revision")
     paths = []
     for name in files:
         try:
@@ -127,9 +109,7 @@ def _in_window(record: dict, where: str, start: datetime | None, end: datetime |
 def load_problems(cfg: Any) -> list[Problem]:
     """Every problem of the configured source inside the date window, in file order, the first ``limit`` of them."""
     start, end = window(cfg)
-    limit = get(cfg, "limit")
-    if limit is not None and int(limit) < 1:
-        raise ValueError(f"task.limit: must be >= 1 or null, got {limit}")
+    limit = check_limit(cfg)
     problems: list[Problem] = []
     seen: dict[str, str] = {}
     for path in source_paths(cfg):
@@ -145,7 +125,7 @@ def load_problems(cfg: Any) -> list[Problem]:
             if limit is not None and len(problems) >= int(limit):
                 return problems
     if not problems:
-        raise ValueError(f"task: no problem of task.source={get(cfg, 'source', 'hub')} lies in the window "
-                         f"task.start_date={get(cfg, 'start_date')} .. task.end_date={get(cfg, 'end_date')}")
+        raise ValueError(f"task: no problem of task.source={cfg_get(cfg, 'source', 'hub')} lies in the window "
+                         f"task.start_date={cfg_get(cfg, 'start_date')} .. task.end_date={cfg_get(cfg, 'end_date')}")
     log.info("LiveCodeBench: %d problems loaded", len(problems))
     return problems

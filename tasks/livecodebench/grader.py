@@ -27,7 +27,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from tasks.livecodebench import isolation
-from tasks.livecodebench.data import get
+from tasks.source import cfg_get
 from tasks.livecodebench.problem import Problem
 from tasks.livecodebench.sandbox import Limits, RunResult, SandboxError, execute
 
@@ -39,7 +39,7 @@ PROTOCOLS = ("lcb_runner", "strict")  # how programs run: lcb_runner's run_test 
 
 def _number(cfg: Any, name: str, default: Any, kind: type = int) -> Any:
     """``task.<name>`` as ``kind``: an integer knob takes whole numbers only, every knob finite numbers only."""
-    value = get(cfg, name, default)
+    value = cfg_get(cfg, name, default)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or \
             (kind is int and value != int(value)):
         raise ValueError(f"task.{name}: expected a finite {'integer' if kind is int else 'number'}, got {value!r}")
@@ -72,12 +72,12 @@ class GradeSettings:
         limits = Limits(timeout_s=_number(cfg, "timeout_s", 6.0, float), memory_mb=_number(cfg, "memory_mb", 4096),
                         max_output_mb=_number(cfg, "max_output_mb", 16), nofile=_number(cfg, "nofile", 256),
                         nproc=_number(cfg, "nproc", 64))
-        workers = get(cfg, "exec_workers")
-        python = get(cfg, "python")
-        return cls(limits=limits, sandbox=str(get(cfg, "sandbox", "auto")),
+        workers = cfg_get(cfg, "exec_workers")
+        python = cfg_get(cfg, "python")
+        return cls(limits=limits, sandbox=str(cfg_get(cfg, "sandbox", "auto")),
                    python=None if python is None else str(python),
                    exec_workers=None if workers is None else _number(cfg, "exec_workers", None),
-                   protocol=str(get(cfg, "protocol", "lcb_runner")))
+                   protocol=str(cfg_get(cfg, "protocol", "lcb_runner")))
 
     @property
     def workers(self) -> int:

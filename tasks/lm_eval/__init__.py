@@ -25,6 +25,7 @@ import pandas as pd
 
 from tasks.base import Prompt
 from tasks.lm_eval import harness
+from tasks.source import check_limit
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +53,7 @@ class LmEvalItem:
 
 def validate(cfg) -> None:
     """Cheap checks from lm-eval's task index (no dataset, no model): name, kind, output type, knobs."""
-    limit = cfg.get("limit")
-    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
-        raise ValueError(f"task.limit: must be a positive integer or null, got {limit!r}")
+    check_limit(cfg)
     nfs = cfg.get("num_fewshot")
     if nfs is not None and (not isinstance(nfs, int) or nfs < 0):
         raise ValueError(f"task.num_fewshot: must be an integer >= 0 or null, got {nfs!r}")

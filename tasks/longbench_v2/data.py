@@ -13,16 +13,15 @@ import difflib
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from tasks.base import bundled_path, read_records, require_fields
+from tasks.base import read_records, require_fields
+from tasks.source import apply_limit, check_limit, local_file
 
 log = logging.getLogger(__name__)
 
 HUB_ID = "THUDM/LongBench-v2"
 BUNDLED = "longbench_v2/sample.jsonl"
-SOURCES = ("hub", "path", "bundled")
 LETTERS = ("A", "B", "C", "D")
 DIFFICULTIES = ("easy", "hard")
 LENGTHS = ("short", "medium", "long")
@@ -67,18 +66,9 @@ class Item:
 
 def validate(cfg: Any) -> None:
     """Check the task knobs and that the data source is reachable; ``ValueError("task.<field>: ...")`` if not."""
-    source = cfg.get("source")
-    if source not in SOURCES:
-        raise ValueError(f"task.source: must be one of {', '.join(SOURCES)}, got {source!r}")
-    if source == "path":
-        path = cfg.get("path")
-        if not path:
-            raise ValueError("task.path: required when task.source=path (a .jsonl, .json or .parquet file)")
-        if not str(path).lower().endswith((".jsonl", ".json", ".parquet")):
-            raise ValueError(f"task.path: expected a .jsonl, .json or .parquet file, got {path!r}")
-        if not Path(str(path)).is_file():
-            raise ValueError(f"task.path: no such file: {path}")
-    for knob in ("limit", "max_len", "cot_tokens", "answer_tokens"):
+    local_file(cfg, BUNDLED, default=None)  # source, and a path that exists with a known suffix
+    check_limit(cfg)
+    for knob in ("max_len", "cot_tokens", "answer_tokens"):
         value = cfg.get(knob)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise ValueError(f"task.{knob}: must be a positive integer or null, got {value!r}")
@@ -111,11 +101,10 @@ def filter_values(cfg: Any, knob: str) -> tuple[str, ...] | None:
 def load(cfg: Any) -> list[Item]:
     """Items of ``cfg.source`` in their stable (file/hub) order, filtered, then the first ``cfg.limit``."""
     validate(cfg)
-    source = cfg.get("source")
-    if source == "hub":
+    path = local_file(cfg, BUNDLED, default=None)
+    if path is None:
         where, records = _hub_records(cfg)
     else:
-        path = bundled_path(BUNDLED) if source == "bundled" else cfg.get("path")
         where, records = str(path), read_records(path)
     items = [to_item(record, f"{where} record {i}") for i, record in enumerate(records, 1)]
     kept = select(items, cfg)
@@ -133,8 +122,7 @@ def select(items: list[Item], cfg: Any) -> list[Item]:
     if not kept:
         filters = {k: cfg.get(k) for k in FILTERS if cfg.get(k) is not None}
         raise ValueError(f"task.difficulty/length/domain: the filters {filters} keep none of {len(items)} items")
-    limit = cfg.get("limit")
-    return kept[:limit] if limit is not None else kept
+    return apply_limit(kept, cfg)
 
 
 def to_item(record: Mapping[str, Any], where: str) -> Item:
