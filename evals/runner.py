@@ -16,7 +16,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
-from evals.backends import Request, make_backend
+from evals.backends import Request, backend_class, make_backend
 from evals.rows import KNOB_COLUMNS, RowWriter, done_keys, read_rows, tidy
 from evals.rundir import (
     META,
@@ -41,7 +41,8 @@ from snapstream_core import compression_from_config
 from snapstream_core.generate import SamplingConfig
 from snapstream_core.methods.base import CompressionMethod
 from tasks import get_task
-from tasks.base import Prompt, answer_part
+from tasks.base import Prompt
+from tasks.protocol import answer_part, hook, score_all
 
 log = logging.getLogger(__name__)
 
@@ -88,8 +89,9 @@ def check(cfg: DictConfig) -> Checked:
         raise ValueError(f"{key}: {first}" if key else f"config: {first}") from None
     task = get_task(cfg.task.get("module") or cfg.task.name)  # `module`: a task module serving many names (lm_eval)
     _check_task_source(container["task"])
-    if hasattr(task, "validate"):
-        task.validate(cfg.task)
+    validate = hook(task, "validate")
+    if validate is not None:
+        validate(cfg.task)
     method = compression_from_config(container["compression"])
     gen = container["gen"]
     sampling = SamplingConfig(
@@ -104,16 +106,14 @@ def check(cfg: DictConfig) -> Checked:
         raise ValueError(
             f"gen.batch_size: must be >= 1 (an integer: prompts per left-padded batch), got {batch_size!r}"
         )
-    if cfg.backend.name == "hf":
+    backend = backend_class(cfg.backend.name)
+    if backend.loads_weights:
         from evals.models import check_model_config
 
         check_model_config(cfg.model)
         _check_family(container)
-    elif cfg.backend.name == "replay":
-        if not Path(cfg.backend.path).is_file():
-            raise ValueError(f"backend.path: no such file: {cfg.backend.path}")
-    else:
-        raise ValueError(f"backend.name: must be 'hf' or 'replay', got {cfg.backend.name!r}")
+    if backend.replays and not Path(cfg.backend.path).is_file():
+        raise ValueError(f"backend.path: no such file: {cfg.backend.path}")
     return Checked(container, task, method, sampling, batch_size, int(gen["seed"]))
 
 
@@ -148,8 +148,8 @@ def plan(cfg: DictConfig, run_dir: Path | None = None) -> RunPlan:
     if not items:
         raise ValueError("task: no items to evaluate (check task.limit and the filters)")
     container = c.container
-    if cfg.backend.name == "replay":
-        weights = "replay"  # no weights run: the completions' file hash is in the backend part of the identity
+    if not backend_class(cfg.backend.name).loads_weights:
+        weights = cfg.backend.name  # no weights run: the backend's input (file hash) is in the identity
     else:
         from evals.models import resolved_device, weights_identity
 
@@ -182,12 +182,9 @@ def run(cfg: DictConfig, run_dir: Path | None = None) -> Path:
 
     The run holds the directory's lock for its whole life: a second job for the same run waits, then resumes."""
     p = plan(cfg, run_dir)
-    backend_cfg = cfg.backend
     replay = None
-    if backend_cfg.name == "replay":
-        from evals.backends.replay import ReplayBackend
-
-        replay = ReplayBackend(backend_cfg.path, partial=bool(backend_cfg.get("partial", False)))
+    if backend_class(cfg.backend.name).replays:  # cheap to build: its input is checked before the run starts
+        replay = make_backend(cfg, p.method, p.sampling)
         replay.check_matches([str(i.item_id) for i in p.items], model=cfg.model.name)
     p.run_dir.mkdir(parents=True, exist_ok=True)
     with run_lock(p.run_dir):
@@ -203,7 +200,7 @@ def run(cfg: DictConfig, run_dir: Path | None = None) -> Path:
 
 def _protocol(task, task_cfg) -> str | None:
     """The grading protocol of the run (``task.protocol_name``), for ``meta.json``; None for a task with one way."""
-    name = getattr(task, "protocol_name", None)
+    name = hook(task, "protocol_name")
     return name(task_cfg) if name is not None else None
 
 
@@ -251,11 +248,11 @@ def _generate_and_score(cfg: DictConfig, p: RunPlan, items: list, replay=None) -
         missing = tuple(i for i in wanted if (str(item.item_id), i) not in done)
         if missing:
             work.append((item, missing))
-    if hasattr(backend, "report_missing"):
+    if backend.replays:
         backend.report_missing(len(items))
     if done:
         log.info("resuming %s: %d rows already there, %d items to go", p.run_dir, len(done), len(work))
-    chunk = p.batch_size if backend.name == "hf" else 256
+    chunk = backend.batch_size or p.batch_size
     gen_tokens = 0
     start = time.perf_counter()
     with RowWriter(samples_path) as writer, tqdm(
@@ -268,7 +265,7 @@ def _generate_and_score(cfg: DictConfig, p: RunPlan, items: list, replay=None) -
             prompt_hashes = dict(zip((id(r) for r in requests if r.prompt is not None), hashes))
             torch.manual_seed(_seed(p.seed, str(batch[0][0].item_id)))
             outputs = backend.generate(requests)
-            if hasattr(p.task, "followup") and backend.name == "hf":
+            if hook(p.task, "followup") is not None and backend.supports_followup:
                 _followups(cfg, p, backend, requests, outputs)
             pairs, metas = [], []
             for req, samples in zip(requests, outputs):
@@ -276,7 +273,7 @@ def _generate_and_score(cfg: DictConfig, p: RunPlan, items: list, replay=None) -
                     answer_text, closed = answer_part(p.task, s.completion, bool(cfg.model.thinking), cfg.task)
                     pairs.append((req.item, answer_text))
                     metas.append((req, s, closed, prompt_hashes.get(id(req))))
-            scores = _score(p.task, pairs, cfg.task)
+            scores = score_all(p.task, pairs, cfg.task)
             for (req, s, closed, phash), scored in zip(metas, scores):
                 writer.write(_row(cfg, p, req, s, closed, scored, phash))
                 gen_tokens += s.gen_tokens or 0
@@ -324,18 +321,12 @@ def _seed(seed: int, key: str) -> int:
 
 
 def _request(cfg: DictConfig, p: RunPlan, backend, item, sample_idx: tuple[int, ...]) -> Request:
-    if backend.name == "replay":
+    if not backend.needs_prompts:
         return Request(item=item, prompt=None, sample_idx=sample_idx)
     prompt = p.task.prompt(item, cfg.model, cfg=cfg.task, tokenizer=backend.tokenizer)
     if not isinstance(prompt, Prompt):
         prompt = Prompt(prompt)
     return Request(item=item, prompt=prompt, sample_idx=sample_idx)
-
-
-def _score(task, pairs: list[tuple[Any, str]], task_cfg) -> list[dict]:
-    if hasattr(task, "score_many"):
-        return task.score_many(pairs, cfg=task_cfg)
-    return [task.score(item, text, cfg=task_cfg) for item, text in pairs]
 
 
 def _row(cfg: DictConfig, p: RunPlan, req: Request, s, closed: bool, scored: dict, phash: str | None

@@ -109,15 +109,6 @@ class _TooMany(Exception):
     """Raised inside ``json.loads`` to stop a parse at an object budget."""
 
 
-def answer_part(task: Any, completion: str, thinking: bool, cfg: Any = None) -> tuple[str, bool]:
-    """``(text the task grades, thinking_closed)``: the task's own ``answer_part`` when it has one (its protocol
-    decides what a thinking block means), else :func:`split_thinking`."""
-    own = getattr(task, "answer_part", None)
-    if own is not None:
-        return own(completion, thinking, cfg=cfg)
-    return split_thinking(completion, thinking)
-
-
 def decode_keeping_think_tags(tokenizer: Any, ids: list[int]) -> str:
     """``tokenizer.decode(ids, skip_special_tokens=True)``, except that ``<think>``/``</think>`` survive even when the
     tokenizer marks them special (tokenizer revisions differ; dropping them would make every thinking row look

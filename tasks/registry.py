@@ -6,6 +6,8 @@ import difflib
 import importlib
 from types import ModuleType
 
+from tasks.protocol import Task
+
 TASKS: dict[str, str] = {
     "needle": "tasks.needle",
     "longbench_v2": "tasks.longbench_v2",
@@ -13,8 +15,6 @@ TASKS: dict[str, str] = {
     "livecodebench": "tasks.livecodebench",
     "lm_eval": "tasks.lm_eval",
 }
-
-REQUIRED = ("load", "prompt", "score", "summarize")
 
 
 def get_task(name: str) -> ModuleType:
@@ -24,7 +24,7 @@ def get_task(name: str) -> ModuleType:
         hint = f" Did you mean '{close[0]}'?" if close else ""
         raise ValueError(f"task.name: unknown task '{name}'. Known: {', '.join(sorted(TASKS))}.{hint}")
     module = importlib.import_module(TASKS[name])
-    missing = [fn for fn in REQUIRED if not callable(getattr(module, fn, None))]
-    if missing:
-        raise TypeError(f"task module {TASKS[name]} lacks {', '.join(missing)}")
+    if not isinstance(module, Task):
+        missing = [fn for fn in ("load", "prompt", "score", "summarize") if not callable(getattr(module, fn, None))]
+        raise TypeError(f"task module {TASKS[name]} lacks {', '.join(missing)} (see tasks/protocol.py)")
     return module

@@ -13,7 +13,8 @@ from tokenizers import AddedToken
 
 from evals.backends.hf import HFBackend
 from evals.models import check_model_config, load_tokenizer
-from tasks.base import Prompt, answer_part, decode_keeping_think_tags, r1_prefill, split_thinking
+from tasks.base import Prompt, decode_keeping_think_tags, r1_prefill, split_thinking
+from tasks.protocol import answer_part
 
 R1_OLD = ("{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}{{ '<|User|>' + m['content'] }}"
           "{% elif m['role'] == 'assistant' %}{{ '<|Assistant|>' + m['content'] }}{% endif %}{% endfor %}"

@@ -33,8 +33,25 @@ class Sample:
 
 
 class Backend(Protocol):
+    """What the runner needs of a backend. The class attributes are its capabilities, which the runner reads
+    instead of testing ``name``:
+
+    - ``loads_weights``: it runs model weights (``model.*`` is checked before the run, the weights are part of the
+      run's identity); False: the run's identity holds the backend's input file instead.
+    - ``replays``: it scores completions read from ``backend.path`` (checked to exist and to match the run's items
+      before any work); it builds as ``cls(path, partial=...)`` rather than ``cls(model_cfg, method, sampling)``.
+    - ``needs_prompts``: requests carry the task's rendered prompt (False: ``Request.prompt`` is None).
+    - ``supports_followup``: it can run a task's second call (``followup``, LongBench-v2 CoT).
+    - ``batch_size``: requests per ``generate`` call; None: the run's ``gen.batch_size``.
+    """
+
     name: str
     tokenizer: Any  # None for backends that load no tokenizer
+    loads_weights: bool
+    replays: bool
+    needs_prompts: bool
+    supports_followup: bool
+    batch_size: int | None
 
     def samples_for(self, item_id: str, n: int) -> list[int]:
         """The sample indices this backend can produce for an item."""

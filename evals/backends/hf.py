@@ -22,6 +22,11 @@ END_OF_TURN = ("<|eot_id|>", "<|im_end|>", "<|end_of_text|>", "<｜end▁of▁se
 
 class HFBackend:
     name = "hf"
+    loads_weights = True
+    replays = False
+    needs_prompts = True
+    supports_followup = True
+    batch_size = None  # the run's gen.batch_size
 
     def __init__(self, model_cfg: Any, method: CompressionMethod, sampling: SamplingConfig):
         self.model_cfg = model_cfg

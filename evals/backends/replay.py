@@ -57,6 +57,11 @@ class ReplayBackend:
 
     name = "replay"
     tokenizer = None
+    loads_weights = False
+    replays = True
+    needs_prompts = False
+    supports_followup = False
+    batch_size = 256  # nothing is generated: large chunks only bound the rows graded at once
 
     def __init__(self, path: str | Path, partial: bool = False):
         self.path = Path(path)
