@@ -1,6 +1,7 @@
 """``--model snapstream`` for lm-evaluation-harness: its ``HFLM``, with a fresh compressed KV cache per ``generate``.
 
-Every knob of Contract 1 is a model argument besides HFLM's own::
+Every compression knob (``snapstream_core.methods.knob_names()``) is a model argument besides HFLM's own; any
+other key is refused (:func:`check_model_args`)::
 
     lm_eval --model snapstream \
       --model_args pretrained=meta-llama/Llama-3.1-8B-Instruct,method=snapstream,prompt_budget=2048,recent=512 \
@@ -22,6 +23,8 @@ the ``prompt_hash`` of each context in the batch (the key lm-eval's ``--log_samp
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import json
 import logging
 from pathlib import Path
@@ -32,10 +35,15 @@ from lm_eval.models.huggingface import HFLM
 from lm_eval.utils import hash_string
 
 from snapstream_core import CompressionMethod, attach, compression_from_config, make_cache
+from snapstream_core.methods import knob_names
 
 log = logging.getLogger(__name__)
 
-KNOBS = ("prompt_budget", "window", "kernel", "pooling", "gqa_agg", "sinks", "recent", "positions")
+KNOBS = tuple(knob_names())  # from the method dataclasses
+# Keyword arguments HFLM forwards to ``from_pretrained`` (its ``**kwargs``) that we pass on; any other key that is
+# neither HFLM's nor a knob is refused, since ``from_pretrained`` would silently store it in the model config.
+MODEL_KWARGS = ("attn_implementation", "low_cpu_mem_usage", "device_map", "quantization_config", "cache_dir",
+                "local_files_only", "token", "use_safetensors", "variant", "torch_dtype")
 REFUSED = (
     "--model snapstream compresses the KV cache of generation only; {what} requests (log-likelihood tasks) "
     "would run uncompressed. Run them with --model hf."
@@ -51,22 +59,39 @@ def compression_from_model_args(args: dict[str, Any]) -> CompressionMethod:
     return compression_from_config({"method": method, **{k: args[k] for k in KNOBS if k in args}})
 
 
+def check_model_args(kwargs: dict[str, Any]) -> None:
+    """Refuse a ``--model_args`` key that is neither a knob, nor an HFLM argument, nor one of :data:`MODEL_KWARGS`
+    (a misspelt knob would otherwise reach ``from_pretrained`` and be silently ignored)."""
+    hflm = set(inspect.signature(HFLM.__init__).parameters) - {"self", "kwargs"}
+    known = [*KNOBS, *sorted(hflm), *MODEL_KWARGS]
+    for key in kwargs:
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f" Did you mean '{close[0]}'?" if close else ""
+            raise ValueError(f"model_args {key}: not a compression knob ({', '.join(KNOBS)}), an HFLM argument or "
+                             f"one of {', '.join(MODEL_KWARGS)}.{hint}")
+
+
 @register_model("snapstream")
 class SnapStreamLM(HFLM):
     """HFLM whose ``generate`` calls each run under a fresh :class:`~snapstream_core.CompressedCache`.
 
     Args:
         pretrained: hub id or local path (or a loaded ``PreTrainedModel``), as for ``--model hf``.
-        method: ``none`` | ``snapkv`` | ``streaming_llm`` | ``snapstream``; the other knobs of Contract 1 as in
+        method: ``none`` | ``snapkv`` | ``streaming_llm`` | ``snapstream``; the other knobs as in
             ``conf/compression``; unset knobs take the method's defaults.
         kv_stats_path: optional JSONL file, one line of measured KV figures per ``generate`` call.
         **kwargs: every other HFLM argument (``batch_size``, ``device``, ``dtype``, ``attn_implementation``, ...).
     """
 
     def __init__(self, pretrained: Any, method: str | None = "none", kv_stats_path: str | None = None, **kwargs: Any):
+        check_model_args(kwargs)
         knobs = {k: kwargs.pop(k) for k in KNOBS if k in kwargs}
         # Checked before any weights load: a bad knob is one ValueError naming it.
         self.method = compression_from_model_args({"method": method, **knobs})
+        if self.method.knobs().get("ratio") is not None and str(kwargs.get("batch_size", 1)) != "1":
+            raise ValueError(f"model_args batch_size: ratio needs batch_size=1 (a left-padded batch shares one "
+                             f"budget), got {kwargs['batch_size']}")
         if kwargs.get("backend") == "seq2seq":
             raise ValueError("model_args backend: snapstream compresses decoder-only (causal) models; got seq2seq")
         super().__init__(pretrained, **kwargs)

@@ -10,11 +10,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from snapstream_core.methods import knob_names
 from tasks.base import iter_jsonl
 
 log = logging.getLogger(__name__)
 
-KNOB_COLUMNS = ["prompt_budget", "window", "kernel", "pooling", "gqa_agg", "sinks", "recent", "positions"]
+KNOB_COLUMNS = knob_names()  # from the method dataclasses: a new knob is a new column
 ROW_COLUMNS = [
     "run_id", "fingerprint", "model", "weights", "task", "item_id", "sample_idx", "method", *KNOB_COLUMNS, "seed",
     "prompt_tokens", "truncated", "gen_tokens", "finish_reason", "thinking_closed",

@@ -106,6 +106,11 @@ def check(cfg: DictConfig) -> Checked:
         raise ValueError(
             f"gen.batch_size: must be >= 1 (an integer: prompts per left-padded batch), got {batch_size!r}"
         )
+    if batch_size > 1 and method.knobs().get("ratio") is not None:
+        raise ValueError(
+            f"gen.batch_size: compression.ratio keeps a share of each prompt, which needs gen.batch_size=1 "
+            f"(a left-padded batch shares one budget), got {batch_size}"
+        )
     backend = backend_class(cfg.backend.name)
     if backend.loads_weights:
         from evals.models import check_model_config

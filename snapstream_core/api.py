@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from snapstream_core.cache import CompressedCache
-from snapstream_core.methods import METHODS
+from snapstream_core.methods import METHODS, knob_names
 from snapstream_core.methods.base import CompressionMethod
 from snapstream_core.rope import rope_inv_freq
 
@@ -21,9 +21,9 @@ NON_KNOBS = ("tag",)
 def compression_from_config(cfg: Mapping[str, Any]) -> CompressionMethod:
     """Build the method dataclass from ``{"method": ..., **knobs}``.
 
-    ``None`` knobs take the method's default; knobs a method does not have are ignored (``method=none`` ignores them
-    all: the full cache, whatever the budget), so that one sweep can set a knob across methods. Unknown methods and
-    bad values raise ``ValueError`` naming the field; misspelt knob names are caught by Hydra's struct check.
+    ``None`` knobs take the method's default; knobs of other methods are ignored (``method=none`` ignores them
+    all: the full cache, whatever the budget), so that one sweep can set a knob across methods. Unknown methods,
+    keys that are no method's knob (a misspelt name) and bad values raise ``ValueError`` naming the field.
     """
     cfg = {k: v for k, v in dict(cfg).items() if k not in NON_KNOBS and v is not None}
     name = cfg.pop("method", None)
@@ -31,6 +31,12 @@ def compression_from_config(cfg: Mapping[str, Any]) -> CompressionMethod:
         close = difflib.get_close_matches(str(name), METHODS, n=1)
         hint = f" Did you mean '{close[0]}'?" if close else ""
         raise ValueError(f"compression.method: unknown method {name!r}; known: {', '.join(METHODS)}.{hint}")
+    known = knob_names()
+    unknown = sorted(k for k in cfg if k not in known)
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], known, n=1)
+        hint = f" Did you mean '{close[0]}'?" if close else ""
+        raise ValueError(f"compression.{unknown[0]}: not a knob of any method; known: {', '.join(known)}.{hint}")
     cls = METHODS[name]
     allowed = cls.field_names()
     ignored = sorted(k for k in cfg if k not in allowed)

@@ -1,4 +1,11 @@
-"""One compression method, one dataclass of its knobs (DESIGN.md, Contract 1)."""
+"""One compression method, one dataclass of its knobs (docs/architecture.md, "Compression config").
+
+Adding a method: one file here with a frozen dataclass subclassing :class:`CompressionMethod` (its fields are its
+knobs, checked in ``__post_init__``), one line in :data:`METHODS`, and ``conf/compression/<name>.yaml`` whose keys
+equal the field defaults (``tests/test_conf_defaults.py``).
+"""
+
+from dataclasses import fields
 
 from snapstream_core.methods.base import CompressionMethod
 from snapstream_core.methods.none import NoCompression
@@ -13,4 +20,15 @@ METHODS: dict[str, type[CompressionMethod]] = {
     "snapstream": SnapStream,
 }
 
-__all__ = ["METHODS", "CompressionMethod", "NoCompression", "SnapKV", "SnapStream", "StreamingLLM"]
+
+
+def knob_names() -> list[str]:
+    """Every knob of every registered method, each once: the method-specific ones in registration order, then the
+    knobs all methods share (``positions``). Result rows carry one column per name; a config key outside this list
+    (and ``method``) is refused."""
+    shared = [f.name for f in fields(CompressionMethod)]
+    names = dict.fromkeys(f.name for cls in METHODS.values() for f in fields(cls) if f.name not in shared)
+    return [*names, *shared]
+
+
+__all__ = ["METHODS", "knob_names", "CompressionMethod", "NoCompression", "SnapKV", "SnapStream", "StreamingLLM"]

@@ -24,21 +24,42 @@ from snapstream_core.selection import snapkv_scores
 
 @dataclass(frozen=True)
 class SnapKV(CompressionMethod):
-    """Knobs: ``prompt_budget`` KV entries kept per layer and KV head after prefill (window included);
-    ``window`` observation queries; ``kernel`` pooling width (odd); ``pooling`` max|avg; ``gqa_agg`` mean|max;
-    ``sinks`` first prompt tokens always kept (0 = pure SnapKV)."""
+    """Knobs: ``prompt_budget`` KV entries kept per layer and KV head after prefill (window included; default
+    ``DEFAULT_PROMPT_BUDGET``); or instead ``ratio``, the share of each prompt dropped (kvpress's
+    ``compression_ratio``: a prompt of T tokens keeps ``int(T * (1 - ratio))``, never fewer than
+    ``window + sinks + 1``; give one of the two); ``window`` observation queries; ``kernel`` pooling width (odd);
+    ``pooling`` max|avg; ``gqa_agg`` mean|max; ``sinks`` first prompt tokens always kept (0 = pure SnapKV).
+
+    With ``ratio``, a left-padded batch shares one budget, that of its padded length (the selection keeps one
+    count per batch), so the runner asks for ``gen.batch_size=1`` with it."""
 
     method: ClassVar[str] = "snapkv"
-    prompt_budget: int = 1024
+    DEFAULT_PROMPT_BUDGET: ClassVar[int] = 1024
+    prompt_budget: int | None = None  # None: DEFAULT_PROMPT_BUDGET, unless ratio is given
     window: int = 32
     kernel: int = 7
     pooling: str = "max"
     gqa_agg: str = "mean"
     sinks: int = 0
+    ratio: float | None = None  # None: the fixed prompt_budget
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_positive("prompt_budget", self.prompt_budget)
+        if self.ratio is not None:
+            if self.prompt_budget is not None:
+                raise ValueError(
+                    f"compression.ratio: give compression.ratio ({self.ratio}) or compression.prompt_budget "
+                    f"({self.prompt_budget}), not both"
+                )
+            if isinstance(self.ratio, bool) or not isinstance(self.ratio, (int, float)) or not 0 <= self.ratio < 1:
+                raise ValueError(
+                    f"compression.ratio: must be a number in [0, 1) (the share of each prompt dropped), "
+                    f"got {self.ratio!r}"
+                )
+        elif self.prompt_budget is None:
+            object.__setattr__(self, "prompt_budget", self.DEFAULT_PROMPT_BUDGET)
+        if self.prompt_budget is not None:
+            check_positive("prompt_budget", self.prompt_budget)
         check_positive("window", self.window)
         check_positive("kernel", self.kernel)
         check_positive("sinks", self.sinks, minimum=0)
@@ -48,20 +69,30 @@ class SnapKV(CompressionMethod):
             raise ValueError(f"compression.pooling: must be one of {POOLINGS}, got {self.pooling!r}")
         if self.gqa_agg not in GQA_AGGS:
             raise ValueError(f"compression.gqa_agg: must be one of {GQA_AGGS}, got {self.gqa_agg!r}")
-        if self.window + self.sinks >= self.prompt_budget:
+        if self.prompt_budget is not None and self.window + self.sinks >= self.prompt_budget:
             raise ValueError(
                 f"compression.prompt_budget: must exceed window + sinks ({self.window} + {self.sinks}), "
                 f"got {self.prompt_budget}"
             )
 
+    def budget(self, prompt_len: int) -> int:
+        """Prompt tokens kept of a prompt of ``prompt_len`` tokens (padded length): ``min(prompt_len, prompt_budget)``,
+        or with ``ratio``, ``int(prompt_len * (1 - ratio))`` as kvpress's ``ScorerPress.compress`` computes
+        ``n_kept``, raised to ``window + sinks + 1`` (the least a fixed budget may be) and capped at ``prompt_len``."""
+        if self.ratio is None:
+            return min(prompt_len, self.prompt_budget)
+        kept = max(int(prompt_len * (1 - self.ratio)), self.window + self.sinks + 1)
+        return min(prompt_len, kept)
+
     def footprint(self, prompt_len: int, new_tokens: int) -> int:
-        return min(prompt_len, self.prompt_budget) + new_tokens
+        return self.budget(prompt_len) + new_tokens
 
     def needs_selection(self, prompt_len: int) -> bool:
-        return prompt_len > self.prompt_budget
+        return self.budget(prompt_len) < prompt_len
 
     def select(self, view: PrefillView) -> Selection:
-        return Selection(self.priorities(view), n_keep=self.prompt_budget, n_frozen=self.prompt_budget)
+        n_keep = self.budget(view.keys.shape[2])
+        return Selection(self.priorities(view), n_keep=n_keep, n_frozen=n_keep)
 
     def priorities(self, view: PrefillView) -> torch.Tensor:
         """(B, H_kv, T): SnapKV scores on the prefix, ``+inf`` on the window and the sinks, ``-inf`` on padding."""

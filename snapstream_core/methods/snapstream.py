@@ -1,5 +1,6 @@
 """SnapStream: SnapKV selection of the prompt at prefill, frozen, plus a StreamingLLM ring of the latest decoded
-tokens, in a fixed-size cache of ``prompt_budget + recent`` entries per layer and KV head.
+tokens, in a fixed-size cache of ``prompt_budget + recent`` entries per layer and KV head (with ``ratio``: the
+prompt's own budget, :meth:`SnapKV.budget`, ``+ recent``).
 
 The SnapStream recipe (arXiv 2511.03092). ``sinks`` first prompt tokens are always kept by the selection.
 """
@@ -15,12 +16,12 @@ from snapstream_core.methods.snapkv import SnapKV
 
 @dataclass(frozen=True)
 class SnapStream(SnapKV):
-    """SnapKV's knobs (``prompt_budget, window, kernel, pooling, gqa_agg``), ``sinks`` (default 4) and ``recent``
-    ring slots for decoded tokens."""
+    """SnapKV's knobs (``prompt_budget`` or ``ratio``, ``window, kernel, pooling, gqa_agg``), ``sinks`` (default 4)
+    and ``recent`` ring slots for decoded tokens."""
 
     method: ClassVar[str] = "snapstream"
     sinks: int = 4
-    recent: int = 512
+    recent: int = 256  # as conf/compression/snapstream.yaml and the README: every Hydra run so far used 256
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -31,10 +32,7 @@ class SnapStream(SnapKV):
         return self.recent
 
     def footprint(self, prompt_len: int, new_tokens: int) -> int:
-        return min(prompt_len, self.prompt_budget) + min(new_tokens, self.recent)
-
-    def needs_selection(self, prompt_len: int) -> bool:
-        return prompt_len > self.prompt_budget
+        return self.budget(prompt_len) + min(new_tokens, self.recent)
 
     def select(self, view: PrefillView) -> Selection:
         return SnapKV.select(self, view)
