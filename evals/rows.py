@@ -1,4 +1,5 @@
-"""Result rows: the columns of Contract 3, an append-only JSONL writer that survives ``kill -9``, and its reader."""
+"""Result rows: the columns (docs/architecture.md, "Result rows"), an append-only JSONL writer that survives
+``kill -9``, and its reader."""
 
 from __future__ import annotations
 

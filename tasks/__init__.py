@@ -1,4 +1,4 @@
-"""Benchmarks as plain modules: ``load / prompt / score / summarize`` (DESIGN.md, Contract 2).
+"""Benchmarks as plain modules: ``load / prompt / score / summarize`` (the interface: :mod:`tasks.protocol`).
 
 A task module imports no torch. Look one up by name with :func:`get_task`.
 """

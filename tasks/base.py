@@ -1,16 +1,8 @@
 """Shared vocabulary of the tasks: the prompt record, thinking-model handling, and small loaders.
 
-The task interface (DESIGN.md, Contract 2), as the runner calls it::
+The task interface itself (required functions and optional hooks) is :mod:`tasks.protocol`; the data knobs every
+task shares (``task.source``, ``task.path``, ``task.limit``) are read by :mod:`tasks.source`.
 
-    load(cfg) -> list[Item]                      # Item: frozen dataclass with .item_id (str) and .breakdown (dict)
-    validate(cfg) -> None                        # optional: raise ValueError naming the field, before any model loads
-    prompt(item, model_cfg, *, cfg, tokenizer=None) -> Prompt | list[dict] | str
-    score(item, completion, *, cfg=None) -> dict # at least prediction (None if nothing extracted), answer, correct
-    score_many(pairs, *, cfg) -> list[dict]      # optional: grade many (item, completion) pairs at once
-    summarize(rows: DataFrame, *, cfg=None) -> DataFrame  # columns: metric, group, value, n
-
-``completion`` given to ``score`` is the answer part: for thinking models the runner passes the text after the last
-``</think>`` (see :func:`split_thinking`); the raw text is kept in ``samples.jsonl``.
 ``model_cfg`` has at least ``name``, ``family`` (``llama3``, ``r1``, ``chatml``), ``thinking`` (bool) and
 ``max_context`` (tokens). ``summarize`` groups are ``"all"`` or ``"<field>=<value>"``.
 """

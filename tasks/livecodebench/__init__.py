@@ -6,7 +6,7 @@ model-written program run in an isolated sandbox.
 * prompts and extraction: ``prompts.py``; grading semantics: ``grader.py``; isolation: ``isolation.py`` (which mode,
   which guarantees) + ``sandbox.py`` (one run) + ``driver.py`` (what runs inside); metrics: ``summary.py``.
 
-Contract 2 of DESIGN.md: ``load``, ``validate``, ``prompt``, ``score``, ``score_many``, ``summarize``.
+The task interface (tasks/protocol.py): ``load``, ``validate``, ``prompt``, ``score``, ``score_many``, ``summarize``.
 
 Grading protocol (``task.protocol``): ``lcb_runner`` (default) runs each program as ``testing_util.run_test`` does
 (its ``reliability_guard``, stdin/stdout mocks and 50000-digit integer limit; see ``driver.py``), and extracts the
