@@ -39,7 +39,6 @@ from snapstream_core.methods import knob_names
 
 log = logging.getLogger(__name__)
 
-KNOBS = tuple(knob_names())  # from the method dataclasses
 # Keyword arguments HFLM forwards to ``from_pretrained`` (its ``**kwargs``) that we pass on; any other key that is
 # neither HFLM's nor a knob is refused, since ``from_pretrained`` would silently store it in the model config.
 MODEL_KWARGS = ("attn_implementation", "low_cpu_mem_usage", "device_map", "quantization_config", "cache_dir",
@@ -56,19 +55,20 @@ def compression_from_model_args(args: dict[str, Any]) -> CompressionMethod:
     Raises ``ValueError`` naming the field for an unknown method or a bad knob."""
     # lm-eval's argument parser turns the string "none" into None.
     method = args.get("method") or "none"
-    return compression_from_config({"method": method, **{k: args[k] for k in KNOBS if k in args}})
+    return compression_from_config({"method": method, **{k: args[k] for k in knob_names() if k in args}})
 
 
 def check_model_args(kwargs: dict[str, Any]) -> None:
     """Refuse a ``--model_args`` key that is neither a knob, nor an HFLM argument, nor one of :data:`MODEL_KWARGS`
     (a misspelt knob would otherwise reach ``from_pretrained`` and be silently ignored)."""
     hflm = set(inspect.signature(HFLM.__init__).parameters) - {"self", "kwargs"}
-    known = [*KNOBS, *sorted(hflm), *MODEL_KWARGS]
+    knobs = knob_names()  # from the method dataclasses registered now
+    known = [*knobs, *sorted(hflm), *MODEL_KWARGS]
     for key in kwargs:
         if key not in known:
             close = difflib.get_close_matches(key, known, n=1)
             hint = f" Did you mean '{close[0]}'?" if close else ""
-            raise ValueError(f"model_args {key}: not a compression knob ({', '.join(KNOBS)}), an HFLM argument or "
+            raise ValueError(f"model_args {key}: not a compression knob ({', '.join(knobs)}), an HFLM argument or "
                              f"one of {', '.join(MODEL_KWARGS)}.{hint}")
 
 
@@ -86,7 +86,7 @@ class SnapStreamLM(HFLM):
 
     def __init__(self, pretrained: Any, method: str | None = "none", kv_stats_path: str | None = None, **kwargs: Any):
         check_model_args(kwargs)
-        knobs = {k: kwargs.pop(k) for k in KNOBS if k in kwargs}
+        knobs = {k: kwargs.pop(k) for k in knob_names() if k in kwargs}
         # Checked before any weights load: a bad knob is one ValueError naming it.
         self.method = compression_from_model_args({"method": method, **knobs})
         if self.method.knobs().get("ratio") is not None and str(kwargs.get("batch_size", 1)) != "1":

@@ -16,12 +16,19 @@ from tasks.base import iter_jsonl
 
 log = logging.getLogger(__name__)
 
-KNOB_COLUMNS = knob_names()  # from the method dataclasses: a new knob is a new column
-ROW_COLUMNS = [
-    "run_id", "fingerprint", "model", "weights", "task", "item_id", "sample_idx", "method", *KNOB_COLUMNS, "seed",
-    "prompt_tokens", "truncated", "gen_tokens", "finish_reason", "thinking_closed",
+BASE_COLUMNS = ["run_id", "fingerprint", "model", "weights", "task", "item_id", "sample_idx", "method"]
+MEASURE_COLUMNS = [
+    "seed", "prompt_tokens", "truncated", "gen_tokens", "finish_reason", "thinking_closed",
     "kv_tokens_peak", "kv_bytes_peak", "latency_s", "prompt_hash", "prediction", "answer", "correct",
 ]  # fmt: skip
+
+
+def row_columns() -> list[str]:
+    """The columns every row has, in order: who and what, one column per compression knob (from the method
+    dataclasses registered now, so a new method's knob is a new column), then what was measured and graded."""
+    return [*BASE_COLUMNS, *knob_names(), *MEASURE_COLUMNS]
+
+
 LONG_TEXT_COLUMNS = ("completion", "completions", "prompt")
 
 
@@ -142,10 +149,10 @@ def done_keys(rows: Iterable[dict[str, Any]]) -> set[tuple[str, int]]:
 
 
 def tidy(rows: list[dict[str, Any]]):
-    """The rows as a pandas DataFrame without long texts, Contract-3 columns first."""
+    """The rows as a pandas DataFrame without long texts, :func:`row_columns` first."""
     import pandas as pd
 
     df = pd.DataFrame(rows)
     df = df.drop(columns=[c for c in LONG_TEXT_COLUMNS if c in df.columns])
-    first = [c for c in ROW_COLUMNS if c in df.columns]
+    first = [c for c in row_columns() if c in df.columns]
     return df[first + [c for c in df.columns if c not in first]]

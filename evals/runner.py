@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
 from evals.backends import Request, backend_class, make_backend
-from evals.rows import KNOB_COLUMNS, RowWriter, done_keys, read_rows, tidy
+from evals.rows import RowWriter, done_keys, read_rows, tidy
 from evals.rundir import (
     META,
     SAMPLES,
@@ -39,6 +39,7 @@ from evals.prompts import PROMPTS, PromptStore, prompt_record
 from evals.summary import summarize
 from snapstream_core import compression_from_config
 from snapstream_core.generate import SamplingConfig
+from snapstream_core.methods import knob_names
 from snapstream_core.methods.base import CompressionMethod
 from tasks import get_task
 from tasks.base import Prompt
@@ -346,7 +347,7 @@ def _row(cfg: DictConfig, p: RunPlan, req: Request, s, closed: bool, scored: dic
         "item_id": str(req.item.item_id),
         "sample_idx": s.sample_idx,
         "method": p.method.method,
-        **{k: knobs.get(k) for k in KNOB_COLUMNS},
+        **{k: knobs.get(k) for k in knob_names()},
         "seed": p.seed,
         "prompt_tokens": s.prompt_tokens,
         "truncated": bool(req.prompt.truncated) if req.prompt is not None else None,

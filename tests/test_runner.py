@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from evals.rows import ROW_COLUMNS
+from evals.rows import row_columns
 from evals.runner import run
 from tests.runner_utils import ROOT, TINY, cli, compose_cfg
 
@@ -31,7 +31,7 @@ def test_a_run_writes_the_contract_files(tmp_path):
     assert {"samples.jsonl", "samples.csv", "summary.csv", "meta.json", "resolved_config.yaml"} <= run_dir_files(out)
     assert out.is_relative_to(tmp_path) and "snapstream-pb64-r8" in str(out)  # named by its config
     samples = pd.read_csv(out / "samples.csv")
-    assert set(ROW_COLUMNS) <= set(samples.columns)
+    assert set(row_columns()) <= set(samples.columns)
     assert {"depth", "context_tokens"} <= set(samples.columns)  # the task's breakdown
     assert "completion" not in samples.columns  # long texts live in the JSONL only
     assert len(samples) == 6 and samples["kv_tokens_peak"].max() <= 64 + 8

@@ -1,0 +1,87 @@
+"""A compression method added by one dataclass + one registration (here: keep the first k prompt tokens) is
+accepted by the Python API, runs in the core with exact cache sizes, and gets its knob into the result rows, the
+run identity and the lm-eval ``model_args`` with no other edit. (Its Hydra group file and report labels are the
+parts this test does not cover: ``docs/architecture.md``, "Adding a compression method".)"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import pytest
+import torch
+
+import snapstream_core as ss
+from evals.identity import run_identity
+from evals.rows import row_columns, tidy
+from snapstream_core import compression_from_config
+from snapstream_core.methods import METHODS, knob_names
+from snapstream_core.methods.base import CompressionMethod, PrefillView, Selection, check_positive, sink_and_tail_scores
+
+
+@dataclass(frozen=True)
+class KeepFirst(CompressionMethod):
+    """Keep the first ``first_k`` prompt tokens; decoded tokens are appended."""
+
+    method: ClassVar[str] = "keep_first"
+    first_k: int = 16
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_positive("first_k", self.first_k)
+
+    def footprint(self, prompt_len: int, new_tokens: int) -> int:
+        return min(prompt_len, self.first_k) + new_tokens
+
+    def needs_selection(self, prompt_len: int) -> bool:
+        return prompt_len > self.first_k
+
+    def select(self, view: PrefillView) -> Selection:
+        scores = sink_and_tail_scores(view.key_valid, self.first_k, 0)[:, None, :].expand(-1, view.keys.shape[1], -1)
+        return Selection(scores, n_keep=self.first_k, n_frozen=self.first_k)
+
+
+@pytest.fixture
+def registered(monkeypatch):
+    monkeypatch.setitem(METHODS, "keep_first", KeepFirst)  # the one registration line, undone after the test
+    return KeepFirst
+
+
+def test_a_registered_method_is_built_and_checked_by_the_python_api(registered):
+    assert "first_k" in knob_names()
+    assert compression_from_config({"method": "keep_first", "first_k": 8}) == KeepFirst(first_k=8)
+    with pytest.raises(ValueError, match="compression.first_k: must be an integer >= 1"):
+        compression_from_config({"method": "keep_first", "first_k": 0})
+    assert compression_from_config({"method": "snapkv", "first_k": 8}).method == "snapkv"  # other methods ignore it
+
+
+def test_unregistered_knob_is_refused(monkeypatch):
+    with pytest.raises(ValueError, match="compression.first_k: not a knob of any method"):
+        compression_from_config({"method": "snapkv", "first_k": 8})
+
+
+def test_it_runs_in_the_core_with_exact_cache_sizes(registered, tiny_model):
+    ids = torch.randint(0, 1000, (1, 80), generator=torch.Generator().manual_seed(3))
+    tiny_model.set_attn_implementation("sdpa")
+    ss.attach(tiny_model)
+    cache = ss.make_cache(tiny_model, KeepFirst(first_k=10))
+    tiny_model.generate(ids, max_new_tokens=6, min_new_tokens=6, do_sample=False, past_key_values=cache,
+                        pad_token_id=0)
+    # generate feeds back all but the last new token: 5 decoded entries on top of the 10 kept
+    assert {lyr.tokens_held() for lyr in cache.layers} == {KeepFirst(first_k=10).footprint(80, 5)} == {15}
+
+
+def test_its_knob_reaches_rows_identity_and_lm_eval(registered):
+    method = KeepFirst(first_k=12)
+    assert "first_k" in row_columns()
+    row = {"run_id": "r", "method": "keep_first", **{k: method.knobs().get(k) for k in knob_names()},
+           "item_id": "1", "sample_idx": 0}
+    assert tidy([row])["first_k"].tolist() == [12]
+    container = {"model": {"name": "m"}, "task": {"name": "t"}, "gen": {}, "backend": {"name": "hf"}}
+    ident = [run_identity(container, KeepFirst(first_k=k).knobs(), "w", ["x"]) for k in (12, 13)]
+    assert ident[0]["compression"]["first_k"] == 12 and ident[0] != ident[1]
+    pytest.importorskip("lm_eval")
+    from evals.lm_eval_model import check_model_args, compression_from_model_args
+
+    check_model_args({"first_k": 12})
+    assert compression_from_model_args({"method": "keep_first", "first_k": 12}) == method
