@@ -84,8 +84,14 @@ def bootstrap(
     if n < 2:
         return Estimate(value, math.nan, math.nan, math.nan, n)
     reps = np.array([statistic(idx) for idx in resample_indices(n, iters, seed)], dtype=float)
+    return from_replicates(value, reps, n, level)
+
+
+def from_replicates(value: float, replicates: Sequence[float], n: int, level: float = LEVEL) -> Estimate:
+    """An :class:`Estimate` from bootstrap ``replicates`` of ``value`` (NaN replicates left out)."""
+    reps = np.asarray(replicates, dtype=float)
     reps = reps[~np.isnan(reps)]
-    if len(reps) < 2:
+    if n < 2 or len(reps) < 2:
         return Estimate(value, math.nan, math.nan, math.nan, n)
     return Estimate(value, float(reps.std(ddof=1)), *_interval(reps, level), n)
 
