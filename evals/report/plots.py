@@ -81,7 +81,7 @@ def frontier(frame: pd.DataFrame, path: Path, plt) -> Path | None:
     x_col = "mean_kv_bytes_peak" if frame["mean_kv_bytes_peak"].notna().any() else "mean_kv_tokens_peak"
     if not frame[x_col].notna().any():
         return None
-    from matplotlib.ticker import FuncFormatter
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
 
     fig, ax = plt.subplots(figsize=(8.5, 4.5))
     _full_band(ax, frame[frame["method"] == "none"], x_col)
@@ -89,11 +89,13 @@ def frontier(frame: pd.DataFrame, path: Path, plt) -> Path | None:
     for i, (label, line) in enumerate(compressed.groupby("label", sort=True)):
         line = line.sort_values(x_col)
         ax.errorbar(line[x_col], line["value"], yerr=_yerr(line), label=label, zorder=3 + i, **_style(i))
-    ax.set_xscale("log")
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(LogLocator(base=2))
+    ax.xaxis.set_minor_locator(NullLocator())
     ax.xaxis.set_major_formatter(FuncFormatter(_human_bytes if x_col.endswith("bytes_peak") else _plain))
-    ax.xaxis.set_minor_formatter(FuncFormatter(lambda *_: ""))
-    what = "bytes" if x_col.endswith("bytes_peak") else "tokens"
-    ax.set_xlabel(f"KV cache held per sequence (measured peak, {what}, all layers; log scale; ★ = full cache)")
+    ax.margins(x=0.08)
+    what = "bytes, all layers" if x_col.endswith("bytes_peak") else "tokens per layer and KV head"
+    ax.set_xlabel(f"KV cache held per sequence (measured peak, {what}; log scale; ★ full cache)")
     _y_axis(ax, frame)
     model, task = frame["model"].iloc[0], frame["task"].iloc[0]
     ax.set_title(f"{task} · {model}: accuracy–memory frontier")
@@ -116,7 +118,7 @@ def by_budget(frame: pd.DataFrame, path: Path, plt) -> Path | None:
     for i, (label, line) in enumerate(compressed.groupby("label", sort=True)):
         line = line.sort_values("prompt_budget")
         extra = (line["mean_kv_tokens_peak"] - line["prompt_budget"]).dropna()
-        held = f"holds ≈ budget {'+' if extra.median() >= 0 else '−'} {abs(extra.median()):.0f}" if len(
+        held = f"holds ≈ budget {'+' if extra.median() >= 0 else '−'} {abs(extra.median()):.0f} tokens" if len(
             extra) else "footprint not measured"
         ax.errorbar(line["prompt_budget"], line["value"], yerr=_yerr(line), label=f"{label}: {held}",
                     zorder=3 + i, **_style(i))
@@ -126,7 +128,7 @@ def by_budget(frame: pd.DataFrame, path: Path, plt) -> Path | None:
     ax.xaxis.set_minor_locator(NullLocator())
     ax.xaxis.set_major_formatter(FuncFormatter(_plain))
     ax.set_xlim(budgets[0] / 1.3, budgets[-1] * 1.3)
-    ax.set_xlabel("prompt_budget (KV entries kept from the prompt per layer and KV head; legend: tokens held)")
+    ax.set_xlabel("prompt_budget (prompt KV entries kept per layer and KV head; log scale)")
     _y_axis(ax, frame)
     ax.set_title(f"{frame['task'].iloc[0]} · {frame['model'].iloc[0]}: metric vs budget")
     ax.grid(alpha=0.3)
