@@ -47,8 +47,8 @@ Z95 = 1.959963984540054
 
 def _rate_unit(task: ModuleType) -> str:
     """``RATE_UNIT`` of the task module, of its ``summary`` submodule, or of the module defining ``summarize``."""
-    names = [task.__name__, f"{task.__name__}.summary", getattr(task.summarize, "__module__", "")]
-    for module in (sys.modules.get(name) for name in names):
+    names = [f"{task.__name__}.summary", getattr(task.summarize, "__module__", "")]
+    for module in (task, *(sys.modules.get(name) for name in names)):
         if module is not None and hasattr(module, "RATE_UNIT"):
             return module.RATE_UNIT
     return "percent"
@@ -139,7 +139,7 @@ def with_uncertainty(task: ModuleType, rows: pd.DataFrame, cfg, *, iters: int = 
     """:func:`metric_rows` plus ``stderr, ci_lo, ci_hi, unit`` (NaN where a value has no spread to estimate)."""
     point = metric_rows(task, rows, cfg).reset_index(drop=True)
     if getattr(task, "REPORTS_STDERR", False):
-        return _own_stderr(point)
+        return fold_own_stderr(point)
     keys = list(zip(point["metric"], point["group"]))
     n_items, take = item_resampler(rows)
     reps = np.full((iters, len(keys)), np.nan)
@@ -159,7 +159,7 @@ def with_uncertainty(task: ModuleType, rows: pd.DataFrame, cfg, *, iters: int = 
     return point
 
 
-def _own_stderr(point: pd.DataFrame) -> pd.DataFrame:
+def fold_own_stderr(point: pd.DataFrame) -> pd.DataFrame:
     """lm-eval's ``<metric>_stderr,<filter>`` rows moved into the ``stderr`` of ``<metric>,<filter>``."""
     is_se = point["metric"].str.contains(r"_stderr(?:,|$)", regex=True)
     se = {(m.replace("_stderr", "", 1), g): v for m, g, v in point[is_se][["metric", "group", "value"]].itertuples(
