@@ -12,8 +12,11 @@ Key kinds (``task.key_kind``), RULER's three (``scripts/data/synthetic/niah.py``
   7-token key, and SnapKV's pooling kernel of 7 keeps only its first digits: it measures tokenisation as much as
   retrieval;
 - ``words``: ``adjective-noun`` from ``tasks/data/needle/words.json`` (as RULER's wonderwords keys), a few tokens for
-  any tokenizer: the fair default for the embedded models (``model.needle_key_kind``);
+  any tokenizer, but harder to tell from the prose around it (SmolLM2 with the full cache: 2 of 6 at 1.5k tokens);
 - ``uuid``: a UUID4-shaped hex string (RULER's uuids), the hardest: about 25 tokens.
+
+The default comes from the model (``model.needle_key_kind``, else ``number``), so that each model gets the kind it
+can retrieve with the full cache; ``key_prefix`` then tells a cut key from a missed one.
 
 Not one of the paper's benchmarks: it runs the whole pipeline on a CPU and isolates the prompt-selection question.
 """
