@@ -74,7 +74,8 @@ def test_paired_delta_against_the_full_cache_is_the_hand_computed_one(tmp_path):
     expected = paired_bootstrap([100] * 4, [100, 0, 100, 0], iters=1000, seed=0)
     assert (k15["delta_ci_lo"], k15["delta_ci_hi"], k15["p_value"]) == (expected.ci_lo, expected.ci_hi,
                                                                        expected.p_value)
-    assert deltas.loc["r_k7", ["delta", "delta_ci_lo", "delta_ci_hi", "p_value"]].tolist() == [-100, -100, -100, 0]
+    # 4 of 4 items lost: 2 of the 16 sign patterns are as extreme
+    assert deltas.loc["r_k7", ["delta", "delta_ci_lo", "delta_ci_hi", "p_value"]].tolist() == [-100, -100, -100, 0.125]
 
 
 def test_runs_differing_in_any_knob_are_never_merged_into_one_line_or_cell(tmp_path):
@@ -92,7 +93,7 @@ def test_runs_differing_in_any_knob_are_never_merged_into_one_line_or_cell(tmp_p
     assert len(table) == 5 and list(table.columns) == ["method", "full", "256"]
     cells = table.set_index("method")["256"]
     assert cells["snapkv (kernel=15) [fp-r_k15]"].startswith("50.0 ± 5.0 (Δ -50.0, p ")
-    assert cells["snapkv (kernel=7)"] == "0.0 ± 5.0 (Δ -100.0, p <0.001)"
+    assert cells["snapkv (kernel=7)"] == "0.0 ± 5.0 (Δ -100.0, p 0.12)"
     assert table.set_index("method").loc["none", "full"] == "100.0 ± 5.0"
     assert not table.isna().any().any()
 

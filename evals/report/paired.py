@@ -4,7 +4,7 @@ The per-item score is the mean of ``correct`` over the item's samples (in the un
 rates), which is the headline metric of needle and LongBench-v2 (accuracy) and of AIME and LiveCodeBench (pass@1).
 The reference is the ``method=none`` run with the same ``pair_key`` (same model, task and data, sampling and backend;
 :mod:`evals.report.load`); runs without a ``meta.json`` fall back to the only ``none`` run of their (model, task).
-Interval and p-value: :func:`evals.stats.paired_bootstrap` over the paired items.
+Interval (paired bootstrap) and p-value (sign-flip test): :func:`evals.stats.paired_bootstrap` over the paired items.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ log = logging.getLogger("evals.report")
 UNITS_NOTE = ("Units: rates (accuracy, pass@k, cons@n, answered, key_prefix, shares) in percent for every task; "
               "± is the standard error and [ ] the 95% interval, both from a bootstrap over items (an item keeps all "
               "its samples); Δ is the paired difference to the full-cache run on the same items, in points, with a "
-              "paired-bootstrap 95% interval and two-sided p-value. A dash: the value does not apply.")
+              "paired-bootstrap 95% interval and a two-sided sign-flip p-value. A dash: the value does not apply.")
 
 
 def _per_problem_tables(head: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
