@@ -11,7 +11,8 @@ are what a benchmark draws from a population; samples of one item are not indepe
   from resampling the paired items (Koehn 2004, "Statistical significance tests for machine translation
   evaluation"), and a two-sided p-value from the paired sign-flip (randomisation) test: under "no difference" each
   item's difference is as likely negated, so ``p = P(|mean(s * d)| >= |mean(d)|)`` over random signs ``s``; exact
-  (all ``2^n`` sign patterns) for ``n <= EXACT_MAX`` items, else ``iters`` random patterns with ``(k + 1) / (iters + 1)``.
+  (all ``2^n`` sign patterns) for ``n <= EXACT_MAX`` items, else ``iters`` random patterns with
+  ``(k + 1) / (iters + 1)``.
   Unlike the bootstrap's own p-value it stays honest on few items: 6 of 6 items lost gives p = 2/64, not 0.
 
 Every function takes a ``seed``; the same inputs and seed give the same numbers.

@@ -106,7 +106,8 @@ def metric_rows(task: ModuleType, rows: pd.DataFrame, cfg) -> pd.DataFrame:
     if scale != 1.0:
         is_rate = metrics["metric"].map(lambda m: bool(RATE.match(str(m))))
         metrics.loc[is_rate, "value"] = metrics.loc[is_rate, "value"].astype(float) * scale
-    return pd.concat([metrics, pd.DataFrame(behaviour_rows(rows, bool(cfg.model.get("thinking", False))), columns=metrics.columns)], ignore_index=True)
+    shared = pd.DataFrame(behaviour_rows(rows, bool(cfg.model.get("thinking", False))), columns=metrics.columns)
+    return pd.concat([metrics, shared], ignore_index=True)
 
 
 def _unit(metric: str) -> str:

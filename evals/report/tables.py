@@ -178,7 +178,8 @@ def behaviour_table(head: pd.DataFrame, deltas: pd.DataFrame) -> pd.DataFrame:
             for v, lo, hi, u in zip(table["value"], table["ci_lo"], table["ci_hi"], table["unit"])],
         "n": table["n"].map(fmt),
         "Δ vs full [95% CI]": [
-            DASH if pd.isna(d) else (f"{d:+.1f} [{lo:+.1f}, {hi:+.1f}]" if u == "%" else f"{d:+.3g} [{lo:+.3g}, {hi:+.3g}]")
+            DASH if pd.isna(d) else (f"{d:+.1f} [{lo:+.1f}, {hi:+.1f}]" if u == "%"
+                                     else f"{d:+.3g} [{lo:+.3g}, {hi:+.3g}]")
             for d, lo, hi, u in zip(table["delta"], table["delta_ci_lo"], table["delta_ci_hi"], table["unit"])],
         "p": table["p_value"].map(lambda p: DASH if pd.isna(p) else ("<0.001" if p < 0.001 else f"{p:.3f}")),
     })
