@@ -59,7 +59,7 @@ def test_aime24_boxed_answer_100_answer_plus_one_0(tmp_path, model):
     assert replay(tmp_path / "w", "aime24", wrong, *extra)[("pass@1", "all")] == 0.0
 
 
-@pytest.mark.parametrize("protocol, expected", [("lighteval", 1.0), ("boxed", 0.0)])
+@pytest.mark.parametrize("protocol, expected", [("lighteval", 100.0), ("boxed", 0.0)])  # percent
 def test_aime24_unclosed_thinking_by_protocol(tmp_path, protocol, expected):
     """lighteval (default) grades a completion whose thinking never closed as it stands; ``boxed`` gives it nothing.
     Either way the rows say the thinking never closed, and record the protocol."""

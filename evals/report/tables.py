@@ -76,7 +76,7 @@ def assign_labels(head: pd.DataFrame) -> pd.Series:
                 extra = ", ".join(f"{k}={fmt(row[k])}" for k in varying)
                 labels[idx] = f"{method} ({extra})" if extra else str(method)
         budget = frame["prompt_budget"].astype(str)
-        for _, clash in frame.groupby([labels[frame.index], budget], sort=False):
+        for _, clash in frame.groupby([labels[frame.index], budget], sort=False, dropna=False):  # full cache: NaN
             if len(clash) > 1:
                 for idx, tag in _tags(clash).items():
                     labels[idx] += f" [{tag}]"
