@@ -61,11 +61,13 @@ def _slot_mask(layer: CompressedLayer, query: torch.Tensor) -> torch.Tensor | No
     q_len = query.shape[2]
     if q_len == 1 and not layer.has_invalid:
         return None
-    valid = layer.view_valid  # (B, H_kv, S)
+    if q_len == 1:
+        valid = layer.slot_validity()  # (B, H_kv, S); decode steps need no positions
+    else:
+        valid, pos = layer.slot_view()  # (B, H_kv, S) each
     group = query.shape[1] // valid.shape[1]
     mask = valid[:, :, None, :]
     if q_len > 1:
-        pos = layer.view_pos  # (B, H_kv, S)
         q_pos = pos[..., layer.new_slots]  # (B, H_kv, q)
         mask = mask & (pos[:, :, None, :] <= q_pos[..., None])
     return mask.repeat_interleave(group, dim=1)
@@ -73,7 +75,7 @@ def _slot_mask(layer: CompressedLayer, query: torch.Tensor) -> torch.Tensor | No
 
 def _in_cache_rotation(layer: CompressedLayer, query: torch.Tensor, key: torch.Tensor, inv_freq: torch.Tensor):
     """Move keys and queries from their original RoPE positions to their rank among the slots (StreamingLLM)."""
-    valid, pos = layer.view_valid, layer.view_pos  # (B, H_kv, S)
+    valid, pos = layer.slot_view()  # (B, H_kv, S)
     S = pos.shape[-1]
     big = torch.iinfo(torch.long).max // 4
     order = torch.argsort(torch.where(valid, pos, big), dim=-1)

@@ -13,6 +13,11 @@ from snapstream_core.stats import KVStats
 
 # The layer whose ``update`` ran last in this context: the registered attention function, called right after
 # ``update`` in the same attention module, picks it up to build masks and run the prefill selection.
+# Why this is safe: transformers calls ``cache.update`` and then the attention function of the same module, with no
+# other layer in between (each attention module does both in one ``forward``); the attention function checks the
+# layer index against ``module.layer_idx`` and clears the variable, so a stale value is never used, and a
+# ``ContextVar`` is per thread and per asyncio task, so concurrent generations in one process cannot see each other's
+# layer. The compiled decode path (``static_decode``) does not use it.
 ACTIVE_LAYER: ContextVar[CompressedLayer | None] = ContextVar("snapstream_active_layer", default=None)
 
 
