@@ -40,5 +40,14 @@ class CompressedCache(Cache):
         ACTIVE_LAYER.set(layer)
         return layer.update(key_states, value_states, *args, **kwargs)
 
+    def record_static(self, plan, steps_done: int) -> None:
+        """The decode ran on the fixed slot buffers of ``plan`` (a ``static_decode.DecodePlan``) for ``steps_done``
+        steps: record what they held (bytes: the preallocated buffers, as for the ring)."""
+        nbytes = plan.cache.nbytes() // len(self.layers)
+        batch = plan.cache.visible.shape[1]
+        for i in range(len(self.layers)):
+            self.stats.record(i, nbytes, plan.tokens_held(steps_done), batch)
+        self.stats.step_done()
+
     def __repr__(self) -> str:
         return f"CompressedCache({self.method!r}, layers={len(self.layers)})"
