@@ -36,6 +36,7 @@ from evals.rundir import (
 from evals.summary import summarize
 from snapstream_core import compression_from_config
 from snapstream_core.generate import SamplingConfig
+from snapstream_core.static_decode import resolve_compile
 from snapstream_core.methods.base import CompressionMethod
 from tasks import get_task
 from tasks.base import Prompt, split_thinking
@@ -77,6 +78,7 @@ def plan(cfg: DictConfig, run_dir: Path | None = None) -> RunPlan:
         top_k=int(gen["top_k"]),
         n=int(gen["n_samples"]),
     )
+    resolve_compile(gen.get("compile", "auto"), "cpu")  # refuse a bad gen.compile before anything loads
     batch_size = gen["batch_size"]
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
         raise ValueError(f"gen.batch_size: must be >= 1 (an integer: prompts per left-padded batch), got {batch_size!r}")
@@ -95,7 +97,7 @@ def plan(cfg: DictConfig, run_dir: Path | None = None) -> RunPlan:
         "model": {k: model.get(k) for k in ("name", "source", "hub_id", "path", "dtype", "family", "thinking")},
         "task": {k: v for k, v in container["task"].items() if k not in ("gen",)},
         "compression": method.knobs(),
-        "gen": {k: v for k, v in gen.items() if k not in ("batch_size", "tag")},
+        "gen": {k: v for k, v in gen.items() if k not in ("batch_size", "tag", "compile")},  # same rows either way
         "backend": container["backend"],
     }
     try:
@@ -142,7 +144,7 @@ def run(cfg: DictConfig, run_dir: Path | None = None) -> Path:
     }
     write_atomic(p.run_dir / META, json.dumps(meta, indent=2, default=str))
     write_atomic(p.run_dir / "resolved_config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-    _generate_and_score(cfg, p, items)
+    meta.update(_generate_and_score(cfg, p, items))
     rows = read_rows(p.run_dir / SAMPLES)
     df = tidy(rows)
     write_atomic(p.run_dir / SAMPLES_CSV, df.to_csv(index=False))
@@ -154,7 +156,8 @@ def run(cfg: DictConfig, run_dir: Path | None = None) -> Path:
     return p.run_dir
 
 
-def _generate_and_score(cfg: DictConfig, p: RunPlan, items: list) -> None:
+def _generate_and_score(cfg: DictConfig, p: RunPlan, items: list) -> dict[str, Any]:
+    """Generate and score what is missing; returns what the backend reports for ``meta.json``."""
     import torch
 
     samples_path = p.run_dir / SAMPLES
@@ -197,6 +200,7 @@ def _generate_and_score(cfg: DictConfig, p: RunPlan, items: list) -> None:
             bar.set_postfix(tok_s=f"{gen_tokens / elapsed:.1f}")
             if cfg.get("log_every") and bar.n % int(cfg.log_every) == 0:
                 log.info("%s: %d/%d items, %.1f gen tok/s", p.run_id, bar.n, len(work), gen_tokens / elapsed)
+    return backend.meta() if hasattr(backend, "meta") else {}
 
 
 def _followups(cfg: DictConfig, p: RunPlan, backend, requests: list[Request], outputs: list[list]) -> None:
