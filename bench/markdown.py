@@ -48,10 +48,12 @@ def _compiled_md(fig: dict, meta: dict) -> list[str]:
         "",
         "### Compiled static-shape decode and the bandwidth floor",
         "",
-        "`× floor`: decode ms ÷ (weights + KV held, per batch, in bytes ÷ the bandwidth of a large reduction measured "
-        f"right before the group's decode). First compiled call (compile) per kind: {meta.get('compile_s') or '—'} s.",
+        "`× floor`: decode ms ÷ (weights + KV held, per batch, in bytes ÷ the bandwidth of a large reduction "
+        "measured right before the group's decode). First compiled call (compile) per kind: "
+        f"{meta.get('compile_s') or '—'} s.",
         "",
-        "| context | method | eager ms | compiled ms | compiled ÷ eager | eager × floor | compiled × floor | floor ms |",
+        "| context | method | eager ms | compiled ms | compiled ÷ eager | eager × floor | compiled × floor "
+        "| floor ms |",
         "|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for c in rows:

@@ -199,8 +199,8 @@ class CompressedLayer(SlotIndex, CacheLayerMixin):
 
     def _ring_write_one(self, k: torch.Tensor, v: torch.Tensor):
         """One decoded token (B, H_kv, 1, D) into its ring slot, in place: K and V (and the validity bit when it may
-        overwrite padding; its position is written lazily, see ``SlotIndex``). Two copies, no allocation, no host synchronisation; the
-        returned views are reused while the number of slots does not change."""
+        overwrite padding; its position is written lazily, see ``SlotIndex``). Two copies, no allocation, no host
+        synchronisation; the returned views are reused while the number of slots does not change."""
         slot = self.n_frozen + self.filled % self.ring
         if self.filled >= self.ring:
             self.aligned = False  # the oldest ring token is overwritten
