@@ -20,7 +20,7 @@ def make_backend(cfg: Any, method, sampling) -> Backend:
     if name == "hf":
         from evals.backends.hf import HFBackend
 
-        return HFBackend(cfg.model, method, sampling)
+        return HFBackend(cfg.model, method, sampling, compile=cfg.gen.get("compile", "auto"))
     raise ValueError(f"backend.name: must be one of {BACKENDS}, got {name!r}")
 
 
