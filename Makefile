@@ -40,7 +40,10 @@ sweep: setup ## a multirun sweep; pass Hydra overrides in ARGS="task=needle comp
 report: setup ## aggregate every summary.csv under DIR (default results/) into report.md + plots
 	$(PY) -m evals.report $(or $(DIR),results)
 
-test: setup ## the test suite (CPU, no network; < 15 min on 2 cores)
+test: setup ## the test suite (CPU, no network; slow-marked tests excluded: `make test-all` runs them)
+	$(PY) -m pytest -q -m "not slow" $(ARGS)
+
+test-all: setup ## every test, the slow ones too (compiling SmolLM2's decode step: tens of minutes on 2 cores)
 	$(PY) -m pytest -q $(ARGS)
 
 bench: setup ## performance benchmarks of the core -> bench/results/*.csv + *.png

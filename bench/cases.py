@@ -17,6 +17,16 @@ from snapstream_core.methods import NoCompression, SnapKV, SnapStream, Streaming
 from snapstream_core.methods.base import CompressionMethod
 
 PLAIN = "plain"
+COMPILED = "+compiled"  # suffix of a method decoded by the compiled static-shape step (snapstream_core.static_decode)
+
+
+def base_method(name: str) -> str:
+    """``snapstream+compiled`` -> ``snapstream``."""
+    return name.removesuffix(COMPILED)
+
+
+def is_compiled(name: str) -> bool:
+    return name.endswith(COMPILED)
 
 
 @dataclass(frozen=True)
@@ -38,6 +48,7 @@ class Case:
 
 def build_method(name: str, cfg: BenchConfig) -> CompressionMethod:
     """The core's method dataclass for ``name`` with the run's budgets (all methods share one footprint)."""
+    name = base_method(name)
     if name == "none":
         return NoCompression()
     if name == "snapkv":
@@ -53,6 +64,7 @@ def build_method(name: str, cfg: BenchConfig) -> CompressionMethod:
 
 def kept_after_prefill(method: str, context: int, cfg: BenchConfig) -> int:
     """KV entries per layer and KV head that ``method`` holds right after the prefill of ``context`` tokens."""
+    method = base_method(method)
     if method in ("none", PLAIN):
         return context
     if method in ("snapkv", "snapstream"):
@@ -80,7 +92,7 @@ def _rotate(items: list[Case], k: int) -> list[Case]:
 
 def context_group(cfg: BenchConfig, attn: str, context: int) -> list[Case]:
     """The methods at one context and the plain references they are compared with (no duplicates)."""
-    cases = [Case(attn, m, context) for m in cfg.methods]
+    cases = [Case(attn, m, context) for m in cfg.methods] + [Case(attn, m + COMPILED, context) for m in cfg.compiled]
     for m in ("none", *cfg.methods):
         ref = Case(attn, PLAIN, kept_after_prefill(m, context, cfg))
         if ref not in cases:
@@ -89,9 +101,11 @@ def context_group(cfg: BenchConfig, attn: str, context: int) -> list[Case]:
 
 
 def batch_group(cfg: BenchConfig, attn: str, context: int) -> list[Case]:
-    """``snapstream`` at every batch size, and its plain reference at the same batch sizes."""
+    """``snapstream`` at every batch size (compiled too when it is in ``compiled``), and its plain reference at the
+    same batch sizes."""
     ref_len = kept_after_prefill("snapstream", context, cfg)
-    return [Case(attn, "snapstream", context, b) for b in cfg.batches] + [
+    names = ["snapstream"] + (["snapstream" + COMPILED] if "snapstream" in cfg.compiled else [])
+    return [Case(attn, m, context, b) for m in names for b in cfg.batches] + [
         Case(attn, PLAIN, ref_len, b) for b in cfg.batches
     ]
 

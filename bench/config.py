@@ -15,6 +15,7 @@ from typing import Any
 METHODS = ("none", "snapkv", "streaming_llm", "snapstream")
 ATTNS = ("sdpa", "eager", "flash_attention_2")
 DTYPES = ("float32", "bfloat16", "float16")
+COMPILE_BACKENDS = ("inductor", "eager", "aot_eager")
 # Model names besides the Hydra model configs (conf/model/<name>.yaml).
 LLAMA_8B_SHAPE = "llama31_8b_shape"
 WARM_STEPS = 4  # untimed decode steps per case before the ``steps`` timed ones
@@ -37,6 +38,8 @@ class BenchConfig:
     dtype: str = "float32"
     attns: tuple[str, ...] = ("sdpa",)
     methods: tuple[str, ...] = METHODS
+    compiled: tuple[str, ...] = METHODS  # methods also measured with the compiled static-shape decode step
+    compile_backend: str = "inductor"  # torch.compile backend of that step ("eager": traced only, for quick checks)
     contexts: tuple[int, ...] = (1024, 2048, 4096, 8192)
     steps: int = 64
     reps: int = 3
@@ -64,6 +67,11 @@ class BenchConfig:
         for m in self.methods:
             if m not in METHODS:
                 raise ValueError(f"bench.methods: {m!r} is not one of {METHODS}")
+        if self.compile_backend not in COMPILE_BACKENDS:
+            raise ValueError(f"bench.compile_backend: must be one of {COMPILE_BACKENDS}, got {self.compile_backend!r}")
+        for m in self.compiled:
+            if m not in self.methods:
+                raise ValueError(f"bench.compiled: {m!r} is not one of the run's methods {self.methods}")
         for name in ("steps", "reps", "prompt_budget", "recent", "window", "kernel", "batch_context"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
@@ -130,7 +138,8 @@ def parse_tokens(text: str) -> tuple[int, ...]:
 def config_from_dict(data: dict[str, Any]) -> BenchConfig:
     """The inverse of ``dataclasses.asdict`` (JSON turns tuples into lists)."""
     data = dict(data)
-    for name in ("attns", "methods", "contexts", "batches"):
+    data.setdefault("compiled", ())  # runs from before the compiled decode measured none
+    for name in ("attns", "methods", "compiled", "contexts", "batches"):
         if name in data:
             data[name] = tuple(data[name])
     return BenchConfig(**data)

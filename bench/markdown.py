@@ -39,6 +39,38 @@ def summary_table(summary: list[dict], attn: str) -> str:
     return "\n".join(lines)
 
 
+def _compiled_md(fig: dict, meta: dict) -> list[str]:
+    """Compiled ÷ eager decode per method and context, and each × floor (bytes per step ÷ measured bandwidth)."""
+    rows = [c for c in fig["per_context"] if c.get("compiled", {}).get("methods")]
+    if not rows:
+        return []
+    out = [
+        "",
+        "### Compiled static-shape decode and the bandwidth floor",
+        "",
+        "`× floor`: decode ms ÷ (weights + KV held, per batch, in bytes ÷ the bandwidth of a large reduction "
+        "measured right before the group's decode). First compiled call (compile) per kind: "
+        f"{meta.get('compile_s') or '—'} s.",
+        "",
+        "| context | method | eager ms | compiled ms | compiled ÷ eager | eager × floor | compiled × floor "
+        "| floor ms |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for c in rows:
+        for m, f in c["compiled"]["methods"].items():
+            out.append(
+                f"| {c['context']} | {m} | {_f(f['eager_ms'])} | {_f(f['compiled_ms'])} "
+                f"| {_f(f['compiled_over_eager'], '.3f')} | {_f(f['eager_vs_floor'], '.2f')} "
+                f"| {_f(f['compiled_vs_floor'], '.2f')} | {_f(f['floor_ms'])} |"
+            )
+        out.append(
+            f"| {c['context']} | full ÷ snapstream (both compiled) "
+            f"| {_f(c['compiled']['full_compiled_over_snapstream_compiled'], '.3f')} | | | | "
+            f"snapstream ≤ 1.5× floor: {_ok(c['compiled']['snapstream_compiled_within_1_5x_floor'])} | |"
+        )
+    return out
+
+
 def figures_md(figs: dict, summary: list[dict], cfg: BenchConfig, meta: dict) -> str:
     out = [
         "# SnapStream benchmark",
@@ -71,6 +103,7 @@ def figures_md(figs: dict, summary: list[dict], cfg: BenchConfig, meta: dict) ->
                 f"{_ok(c['prefill_peak_within_bound'])}) "
                 f"| {_f(c['prefill_snapstream_over_none'], '.3f')} ({_ok(c['prefill_within_5pct'])}) |"
             )
+        out += _compiled_md(fig, meta)
         batch = fig.get("batch") or {}
         if batch:
             sizes = sorted(batch["tokens_per_s"])

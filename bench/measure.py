@@ -21,6 +21,7 @@ Protocol:
 from __future__ import annotations
 
 import ctypes
+import logging
 import re
 import statistics
 import time
@@ -32,10 +33,13 @@ import torch
 from transformers import DynamicCache
 
 import snapstream_core as ss
-from bench.cases import PLAIN, Case, build_method
+from bench.cases import PLAIN, Case, build_method, is_compiled
 from bench.config import WARM_STEPS, BenchConfig
+from bench.floor import floor_bytes, measure_bandwidth
+from snapstream_core.static_decode import compiled_step, to_static
 
 MIB = 2**20
+log = logging.getLogger(__name__)
 
 
 class MemoryProbe:
@@ -117,6 +121,7 @@ class Running:
     row: dict
     step_s: list[float] = field(default_factory=list)
     tokens: list[int] | None = None  # greedy tokens of the first sequence, when asked for (tests)
+    static: Any = None  # the DecodePlan of a compiled case (static_decode), decoded by the compiled step
 
 
 @torch.no_grad()
@@ -150,18 +155,33 @@ def prefill(model, prompts, case: Case, cfg: BenchConfig) -> Running:
         "mem_prefill_delta_mib": peak - probe.base,
         "mem_kind": "cuda_allocated" if cuda else "rss",
     }
-    return Running(case, cache, token, T, row)
+    run = Running(case, cache, token, T, row)
+    if is_compiled(case.method):
+        run.static = to_static(cache, torch.ones(case.batch, T, dtype=torch.bool, device=ids.device), max_steps(cfg))
+    return run
+
+
+def max_steps(cfg: BenchConfig) -> int:
+    return WARM_STEPS + cfg.steps
 
 
 @torch.no_grad()
-def decode_step(model, run: Running, cuda: bool) -> None:
+def decode_step(model, run: Running, cfg: BenchConfig) -> None:
     """One greedy decode forward of ``run``, timed."""
     _use(model, attention_name(run.case))
     pos = torch.full_like(run.token, run.position)
+    cuda = cfg.device == "cuda"
     t0 = _now(cuda)
-    logits = model(input_ids=run.token, past_key_values=run.cache, position_ids=pos, use_cache=True).logits
-    run.token = logits[:, -1].argmax(-1, keepdim=True)
+    if run.static is not None:  # the compiled static-shape step: compiles on its first call for this shape
+        t = run.position - run.row["prompt_tokens"]
+        step = compiled_step(model.device.type, cfg.compile_backend)
+        logits = step(model, run.static.cache, run.token, pos, run.static.slots[t : t + 1])
+        run.token = logits.argmax(-1, keepdim=True)
+    else:
+        logits = model(input_ids=run.token, past_key_values=run.cache, position_ids=pos, use_cache=True).logits
+        run.token = logits[:, -1].argmax(-1, keepdim=True)
     run.step_s.append(_now(cuda) - t0)
+    run.row.setdefault("first_step_s", run.step_s[-1])  # with compiled steps: the compile time
     run.position += 1
     if run.tokens is not None:
         run.tokens.append(int(run.token[0, 0]))
@@ -171,6 +191,9 @@ def finish(run: Running) -> dict:
     b = run.case.batch
     decode_ms = 1000 * statistics.mean(run.step_s)
     kv, index, tokens = kv_bytes(run.cache)
+    if run.static is not None:  # the decode ran on the static buffers: what they hold
+        tokens = run.static.tokens_held(run.position - run.row["prompt_tokens"])
+        kv, index = run.static.cache.nbytes(), run.static.cache.visible.nbytes
     stats = run.cache.stats.as_row() if isinstance(run.cache, ss.CompressedCache) else {}
     extra = {"tokens": run.tokens} if run.tokens is not None else {}
     return {
@@ -184,6 +207,8 @@ def finish(run: Running) -> dict:
         "kv_bytes_final": kv // b,
         "index_bytes_final": index // b,
         "kv_prefill_bytes_peak": stats.get("kv_prefill_bytes_peak", run.row["kv_bytes_after_prefill"]),
+        "compiled": run.static is not None,
+        "floor_bytes": run.row["floor_bytes"],
     }
 
 
@@ -204,14 +229,27 @@ def measure_group(
             rows.append({**case.as_dict(), "status": _failure(exc)})
             _free(cuda)
     _free(cuda)  # hand the prefills' activation blocks back, so that decode allocations start from a clean pool
+    bandwidth = measure_bandwidth(cfg.device)  # the same run, right before the decode it is compared with
+    for run in running:
+        kept = run.row["kv_tokens_after_prefill"] + WARM_STEPS + steps // 2  # tokens held at the middle step
+        if run.static is not None and run.static.held_cap is not None:
+            kept = min(kept, run.static.held_cap)
+        elif run.case.method != PLAIN and build_method(run.case.method, cfg).ring is not None:
+            kept = min(kept, run.cache.layers[0].n_frozen + build_method(run.case.method, cfg).ring)
+        run.row["floor_bytes"] = floor_bytes(model, kept, run.case.batch)
+        run.row["bandwidth_gbs"] = bandwidth / 1e9
+        run.row["floor_ms"] = 1000 * run.row["floor_bytes"] / bandwidth
     for step in range(WARM_STEPS + steps):
         if step == WARM_STEPS:  # untimed steps first: allocator growth of the growing caches, first-call costs
             for run in running:
                 run.step_s.clear()
         k = step % max(len(running), 1)
         for run in running[k:] + running[:k]:
-            decode_step(model, run, cuda)
+            decode_step(model, run, cfg)
     rows += [{**finish(run), "status": "ok"} for run in running]
+    for row in rows:
+        if row.get("status") == "ok":
+            row["decode_vs_floor"] = row["decode_ms_per_token"] / row["floor_ms"]  # both per step of the batch
     del running
     _free(cuda)
     return rows
@@ -231,7 +269,16 @@ def _free(cuda: bool) -> None:
         torch.cuda.empty_cache()
 
 
-def warm_up(model, prompts, cases: list[Case], cfg: BenchConfig, context: int) -> None:
-    """One short group of every kind in ``cases`` (first-call costs: kernel selection, allocator growth)."""
+def warm_up(model, prompts, cases: list[Case], cfg: BenchConfig, context: int) -> dict[str, float]:
+    """One short group of every kind in ``cases`` (first-call costs: kernel selection, allocator growth, compiling
+    the decode step); returns the first decode step's seconds of each compiled kind (its compile time)."""
     kinds = {(c.attn, c.method, c.batch) for c in cases}
-    measure_group(model, prompts, [Case(a, m, context, b) for a, m, b in sorted(kinds)], cfg, steps=2)
+    rows = measure_group(model, prompts, [Case(a, m, context, b) for a, m, b in sorted(kinds)], cfg, steps=2)
+    compile_s = {
+        f"{r['attn']}/{r['method']}/b{r['batch']}": round(r["first_step_s"], 3)
+        for r in rows
+        if r.get("status") == "ok" and r.get("compiled")
+    }
+    for kind, seconds in compile_s.items():
+        log.info("compiled decode step %s: first call (compile) %.1f s", kind, seconds)
+    return compile_s

@@ -14,7 +14,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from bench.cases import PLAIN, context_label, kept_after_prefill
+from bench.cases import COMPILED, PLAIN, base_method, context_label, is_compiled, kept_after_prefill
 from bench.config import BenchConfig
 
 MIB = 2**20
@@ -24,8 +24,9 @@ SUMMARY_FIELDS = [
     "kv_bytes_after_prefill", "kv_bytes_final", "index_bytes_final", "kv_prefill_bytes_peak",
     "mem_base_mib", "mem_prefill_peak_mib", "mem_prefill_delta_mib",
     "limit_context", "decode_vs_limit", "prefill_vs_none", "kv_full_over_this",
+    "bandwidth_gbs", "floor_ms", "decode_vs_floor", "compiled_over_eager",
 ]  # fmt: skip
-NUMERIC = SUMMARY_FIELDS[6:20]
+NUMERIC = SUMMARY_FIELDS[6:20] + ["bandwidth_gbs", "floor_ms"]
 
 
 def _median(values) -> float:
@@ -49,6 +50,11 @@ class Table:
     def median(self, key: tuple, field: str) -> float:
         return _median(float(r[field]) for r in self.by_key.get(key, {}).values())
 
+    def vs_floor(self, key: tuple) -> float:
+        """Median over reps of decode ms ÷ the bandwidth floor measured in the same group (NaN for older runs)."""
+        rows = self.by_key.get(key, {}).values()
+        return _median(float(r["decode_ms_per_token"]) / float(r["floor_ms"]) for r in rows if r.get("floor_ms"))
+
     def paired(self, a: tuple, b: tuple, field: str) -> float:
         """Median over reps of a[field] / b[field], using reps where both ran."""
         ra, rb = self.by_key.get(a, {}), self.by_key.get(b, {})
@@ -71,6 +77,10 @@ def summarize(rows: list[dict], cfg: BenchConfig) -> list[dict]:
             row["decode_vs_limit"] = table.paired(key, limit, "decode_ms_per_token")
             row["prefill_vs_none"] = table.paired(key, none, "prefill_s")
             row["kv_full_over_this"] = table.paired(none, key, "kv_bytes_final")
+            if is_compiled(method):
+                eager = (attn, base_method(method), context, batch, group)
+                row["compiled_over_eager"] = table.paired(key, eager, "decode_ms_per_token")
+        row["decode_vs_floor"] = table.vs_floor(key)
         out.append(row)
     return out
 
@@ -121,6 +131,8 @@ def must_show(rows: list[dict], cfg: BenchConfig) -> dict:
                 }
             )
         for item in fig["per_context"]:
+            g = context_label(item["context"])
+            item["compiled"] = _compiled_figures(table, attn, item["context"], g, cfg)
             item["kv_ratio_rel_error"] = item["kv_full_over_snapstream"] / item["kv_expected_ratio"] - 1
             item["decode_within_5pct"] = item["snapstream_decode_vs_limit"] <= 1.05
             item["kv_within_1pct"] = abs(item["kv_ratio_rel_error"]) <= 0.01
@@ -128,6 +140,26 @@ def must_show(rows: list[dict], cfg: BenchConfig) -> dict:
             item["prefill_within_5pct"] = item["prefill_snapstream_over_none"] <= 1.05
         fig["batch"] = _batch_figures(table, attn, cfg)
         out[attn] = fig
+    return out
+
+
+def _compiled_figures(table: Table, attn: str, c: int, g: str, cfg: BenchConfig) -> dict:
+    """Per method: decode ms eager and compiled, compiled ÷ eager, × floor of each; full ÷ snapstream compiled."""
+    out: dict = {"methods": {}}
+    for m in cfg.methods:
+        eager, comp = (attn, m, c, 1, g), (attn, m + COMPILED, c, 1, g)
+        out["methods"][m] = {
+            "eager_ms": table.median(eager, "decode_ms_per_token"),
+            "compiled_ms": table.median(comp, "decode_ms_per_token"),
+            "compiled_over_eager": table.paired(comp, eager, "decode_ms_per_token"),
+            "eager_vs_floor": table.vs_floor(eager),
+            "compiled_vs_floor": table.vs_floor(comp),
+            "floor_ms": table.median(eager, "floor_ms"),
+        }
+    ss = (attn, "snapstream" + COMPILED, c, 1, g)
+    out["full_compiled_over_snapstream_compiled"] = table.paired((attn, "none" + COMPILED, c, 1, g), ss,
+                                                                 "decode_ms_per_token")
+    out["snapstream_compiled_within_1_5x_floor"] = table.vs_floor(ss) <= 1.5
     return out
 
 

@@ -38,6 +38,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[BenchConfig, argparse.Nam
     p.add_argument("--dtype")
     p.add_argument("--attn", help="comma list of sdpa,eager,flash_attention_2")
     p.add_argument("--methods", help="comma list of none,snapkv,streaming_llm,snapstream")
+    p.add_argument("--compiled", help="methods also measured compiled (gen.compile), comma list; '' for none")
+    p.add_argument("--compile-backend", help="torch.compile backend of the compiled cases (default inductor)")
     p.add_argument("--contexts", help="comma list of prompt lengths, e.g. 1k,2k,4k,8k")
     p.add_argument("--batches", help="comma list of batch sizes for snapstream, e.g. 1,4,8")
     p.add_argument("--batch-context", help="prompt length of the batched runs, e.g. 2k")
@@ -55,7 +57,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[BenchConfig, argparse.Nam
         changes["out"] = cfg.out + "/quick"
     simple = dict(model=a.model, dtype=a.dtype, steps=a.steps, reps=a.reps, prompt_budget=a.prompt_budget,
                   recent=a.recent, window=a.window, kernel=a.kernel, sinks=a.sinks, seed=a.seed, out=a.out,
-                  time_budget_s=a.time_budget, discard_reps=a.discard_reps)  # fmt: skip
+                  time_budget_s=a.time_budget, discard_reps=a.discard_reps, compile_backend=a.compile_backend)  # fmt: skip
     changes.update({k: v for k, v in simple.items() if v is not None})
     if a.attn:
         changes["attns"] = tuple(x.strip() for x in a.attn.split(",") if x.strip())
@@ -63,6 +65,11 @@ def parse_args(argv: list[str] | None = None) -> tuple[BenchConfig, argparse.Nam
         changes["attns"] = ("sdpa", "flash_attention_2")
     if a.methods:
         changes["methods"] = tuple(x.strip() for x in a.methods.split(",") if x.strip())
+    methods = changes.get("methods", cfg.methods)
+    if a.compiled is not None:
+        changes["compiled"] = tuple(x.strip() for x in a.compiled.split(",") if x.strip())
+    else:
+        changes["compiled"] = tuple(m for m in cfg.compiled if m in methods)
     if a.contexts:
         changes["contexts"] = parse_tokens(a.contexts)
     if a.batches:
@@ -109,6 +116,7 @@ class Runner:
         self.durations: dict[tuple, float] = {}  # (name, context) -> seconds of its first run
         self.skipped: list[str] = []
         self.model = self.prompts = None
+        self.compile_s: dict[str, float] = {}  # first call of each compiled decode step kind, in the warm-up
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
@@ -126,7 +134,7 @@ class Runner:
 
         self.model, self.prompts = load(self.cfg, self.n_tokens)
         context = self.cfg.prompt_budget + 2 * self.cfg.window if self.cfg.device == "cuda" else 128
-        warm_up(self.model, self.prompts, [c for g in groups for c in g.cases], self.cfg, context)
+        self.compile_s = warm_up(self.model, self.prompts, [c for g in groups for c in g.cases], self.cfg, context)
 
     def run(self, group: Group) -> list[dict]:
         from bench.measure import measure_group
@@ -183,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
                 log.info("%s b=%d: %s", what, row["batch"], row["status"])
         raw.flush()
     raw.close()
+    meta.update(compile_s=runner.compile_s)
     meta.update(load_end=_load(), finished=time.ctime(), duration_s=round(runner.elapsed()), skipped=runner.skipped)
     report.write_csv(out / "raw.csv", rows)
     (out / "raw.jsonl").unlink()  # the crash-safe log, now in raw.csv (fewer files to carry back from a GPU box)

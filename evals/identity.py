@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 # Keys that cannot change a row: labels derived from other keys, and the batching of prompts.
-NOT_RESULT_KEYS = {"gen": ("batch_size", "tag"), "task": ("tag",)}
+# gen.compile: compiled and eager decode give the same tokens (tests/test_compile.py); rows record which ran
+NOT_RESULT_KEYS = {"gen": ("batch_size", "tag", "compile"), "task": ("tag",)}
 HARNESS = "snapstream-harness"
 
 

@@ -40,6 +40,7 @@ from evals.summary import summarize
 from snapstream_core import compression_from_config
 from snapstream_core.generate import SamplingConfig
 from snapstream_core.methods import knob_names
+from snapstream_core.static_decode import resolve_compile
 from snapstream_core.methods.base import CompressionMethod
 from tasks import get_task
 from tasks.base import Prompt
@@ -102,6 +103,7 @@ def check(cfg: DictConfig) -> Checked:
         top_k=int(gen["top_k"]),
         n=int(gen["n_samples"]),
     )
+    resolve_compile(gen.get("compile", "auto"), "cpu")  # refuse a bad gen.compile before anything loads
     batch_size = gen["batch_size"]
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
         raise ValueError(
@@ -229,7 +231,7 @@ def _run_locked(cfg: DictConfig, p: RunPlan, replay) -> Path:
     }
     write_atomic(p.run_dir / META, json.dumps(meta, indent=2, default=str))
     write_atomic(p.run_dir / "resolved_config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-    _generate_and_score(cfg, p, p.items, replay)
+    meta.update(_generate_and_score(cfg, p, p.items, replay))
     rows = read_rows(p.run_dir / SAMPLES)
     df = tidy(rows)
     write_atomic(p.run_dir / SAMPLES_CSV, df.to_csv(index=False))
@@ -241,7 +243,8 @@ def _run_locked(cfg: DictConfig, p: RunPlan, replay) -> Path:
     return p.run_dir
 
 
-def _generate_and_score(cfg: DictConfig, p: RunPlan, items: list, replay=None) -> None:
+def _generate_and_score(cfg: DictConfig, p: RunPlan, items: list, replay=None) -> dict[str, Any]:
+    """Generate and score what is missing; returns what the backend reports for ``meta.json``."""
     import torch
 
     samples_path = p.run_dir / SAMPLES
@@ -288,6 +291,7 @@ def _generate_and_score(cfg: DictConfig, p: RunPlan, items: list, replay=None) -
             bar.set_postfix(tok_s=f"{gen_tokens / elapsed:.1f}")
             if cfg.get("log_every") and bar.n % int(cfg.log_every) == 0:
                 log.info("%s: %d/%d items, %.1f gen tok/s", p.run_id, bar.n, len(work), gen_tokens / elapsed)
+    return backend.meta() if hasattr(backend, "meta") else {}
 
 
 def _followups(cfg: DictConfig, p: RunPlan, backend, requests: list[Request], outputs: list[list]) -> None:

@@ -21,6 +21,7 @@ from transformers.masking_utils import AttentionMaskInterface, eager_mask, flash
 from snapstream_core.cache import ACTIVE_LAYER
 from snapstream_core.layer import CompressedLayer
 from snapstream_core.rope import rotate
+from snapstream_core.static_decode import SLOT_MASK_KWARG
 
 log = logging.getLogger(__name__)
 
@@ -29,12 +30,20 @@ BASES = ("sdpa", "eager", "flash_attention_2")
 _MASKS = {"sdpa": sdpa_mask, "eager": eager_mask, "flash_attention_2": flash_attention_mask}
 
 
+# The model's own eager attention per modeling module, filled by ``attach`` (a plain dict lookup inside a compiled
+# decode step, where importing is not traceable).
+_EAGER_BY_MODULE: dict[str, Callable] = {}
+
+
 def _eager_for(module: torch.nn.Module) -> Callable:
     """The model's own eager attention (``eager_attention_forward`` of its modeling file), so outputs match it."""
-    modeling = importlib.import_module(type(module).__module__)
-    fn = getattr(modeling, "eager_attention_forward", None)
+    name = type(module).__module__
+    fn = _EAGER_BY_MODULE.get(name)
     if fn is None:
-        from transformers.models.llama.modeling_llama import eager_attention_forward as fn
+        fn = getattr(importlib.import_module(name), "eager_attention_forward", None)
+        if fn is None:
+            from transformers.models.llama.modeling_llama import eager_attention_forward as fn
+        _EAGER_BY_MODULE[name] = fn
     return fn
 
 
@@ -61,11 +70,13 @@ def _slot_mask(layer: CompressedLayer, query: torch.Tensor) -> torch.Tensor | No
     q_len = query.shape[2]
     if q_len == 1 and not layer.has_invalid:
         return None
-    valid = layer.view_valid  # (B, H_kv, S)
+    if q_len == 1:
+        valid = layer.slot_validity()  # (B, H_kv, S); decode steps need no positions
+    else:
+        valid, pos = layer.slot_view()  # (B, H_kv, S) each
     group = query.shape[1] // valid.shape[1]
     mask = valid[:, :, None, :]
     if q_len > 1:
-        pos = layer.view_pos  # (B, H_kv, S)
         q_pos = pos[..., layer.new_slots]  # (B, H_kv, q)
         mask = mask & (pos[:, :, None, :] <= q_pos[..., None])
     return mask.repeat_interleave(group, dim=1)
@@ -73,7 +84,7 @@ def _slot_mask(layer: CompressedLayer, query: torch.Tensor) -> torch.Tensor | No
 
 def _in_cache_rotation(layer: CompressedLayer, query: torch.Tensor, key: torch.Tensor, inv_freq: torch.Tensor):
     """Move keys and queries from their original RoPE positions to their rank among the slots (StreamingLLM)."""
-    valid, pos = layer.view_valid, layer.view_pos  # (B, H_kv, S)
+    valid, pos = layer.slot_view()  # (B, H_kv, S)
     S = pos.shape[-1]
     big = torch.iinfo(torch.long).max // 4
     order = torch.argsort(torch.where(valid, pos, big), dim=-1)
@@ -85,16 +96,31 @@ def _in_cache_rotation(layer: CompressedLayer, query: torch.Tensor, key: torch.T
     return query, key
 
 
+def _static_slots(base, stock, module, query, key, value, visible, **kwargs):
+    """A decode query (B, H, 1, D) over all S slots of a static cache, ``visible`` (B, H_kv, S) bool."""
+    mask = visible[:, :, None, :].repeat_interleave(query.shape[1] // visible.shape[1], dim=1)  # (B, H, 1, S)
+    if base == "eager":
+        mask = torch.zeros(mask.shape, dtype=query.dtype, device=query.device).masked_fill(
+            ~mask, torch.finfo(query.dtype).min
+        )
+    elif base == "flash_attention_2":  # free and padding slots are scattered, not a prefix: SDPA with the mask
+        stock = sdpa_attention_forward
+    return stock(module, query, key, value, mask, **kwargs)
+
+
 def _make(base: str) -> Callable:
     def attention(module, query, key, value, attention_mask, **kwargs):
         """(B, H, q, D) queries over (B, H_kv, S, D) keys/values -> (B, q, H, D) output, as the stock function."""
-        layer = ACTIVE_LAYER.get()
         if base == "sdpa":
             stock = sdpa_attention_forward
         elif base == "eager":
             stock = _eager_for(module)
         else:
             stock = _flash_forward()
+        slot_mask = kwargs.pop(SLOT_MASK_KWARG, None)
+        if slot_mask is not None:  # the compiled decode step (static_decode): every slot, masked per layer
+            return _static_slots(base, stock, module, query, key, value, slot_mask[module.layer_idx], **kwargs)
+        layer = ACTIVE_LAYER.get()
         if layer is None or layer.layer_idx != getattr(module, "layer_idx", None):
             return stock(module, query, key, value, attention_mask, **kwargs)
         ACTIVE_LAYER.set(None)
@@ -144,6 +170,9 @@ def attach(model) -> str:
     Harmless for uncompressed generation: with a plain cache the wrapper calls the stock function unchanged.
     """
     register()
+    for module in model.modules():
+        if hasattr(module, "layer_idx"):
+            _eager_for(module)
     current = model.config._attn_implementation or "sdpa"
     base = current.removeprefix(PREFIX)
     if base not in BASES:

@@ -4,10 +4,14 @@
 and compressed once, the compressed cache is expanded to ``n`` sequences per prompt, each sequence draws its first
 token from the shared last-position logits, and ``model.generate`` continues from the cache with only the new token
 and an attention mask covering the full logical length (so positions stay true).
+
+With ``compile`` on, the decode steps after the first token run instead on fixed-size slot buffers, one compiled
+graph per (batch, slots) replayed every step (:mod:`snapstream_core.static_decode`); greedy tokens are the same.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 
 import time
@@ -26,6 +30,9 @@ from transformers.generation.logits_process import (
 from snapstream_core.api import make_cache
 from snapstream_core.attention import attach
 from snapstream_core.methods.base import CompressionMethod
+from snapstream_core.static_decode import compiled_step, resolve_compile, run_decode, to_static
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -96,13 +103,16 @@ class GenerationOutput:
     """``tokens[i][j]``: new token ids of sample ``j`` of prompt ``i`` (cut after the first EOS, or after the token
     that completes the first stop string); ``finish_reasons[i][j]``: ``stop`` (EOS or stop string) or ``length``;
     ``stats``: the cache's measured KV figures; ``prefill_s``/``decode_s``: wall time to the first token and after
-    it."""
+    it; ``compiled``: whether decode ran the compiled static-shape step; ``first_step_s``: its first call's wall time
+    (the compile time, when this call compiled)."""
 
     tokens: list[list[list[int]]]
     finish_reasons: list[list[str]]
     stats: dict[str, int] = field(default_factory=dict)
     prefill_s: float = 0.0
     decode_s: float = 0.0
+    compiled: bool = False
+    first_step_s: float = 0.0
 
 
 class _StepClock(StoppingCriteria):
@@ -180,17 +190,26 @@ def generate(
     pad_token_id: int,
     stop_strings: Sequence[str] = (),
     tokenizer=None,
+    compile: bool | str | None = "auto",
+    compile_backend: str = "inductor",
 ) -> GenerationOutput:
     """Generate ``sampling.n`` completions for each prompt (token id lists) under ``method``.
 
     ``stop_strings`` (needs ``tokenizer``): a sample also ends with the token that completes the first of these
     strings in its generated text (generation stops early; the text itself is left for the caller to cut).
+    ``compile``: ``auto`` (on for CUDA, off for CPU), True or False: decode with the compiled static-shape step;
+    ``compile_backend``: the ``torch.compile`` backend of that step (``inductor``; ``eager`` only traces).
     """
     stop_strings = [s for s in stop_strings if s]
     if stop_strings and tokenizer is None:
         raise ValueError("generate: stop_strings needs the tokenizer")
-    attach(model)
     device = model.device
+    compiled = resolve_compile(compile, device)
+    if compiled and method.positions == "in_cache":
+        if compile is True:
+            raise ValueError("gen.compile: not supported with compression.positions=in_cache")
+        compiled = False  # auto: the eager path re-rotates keys every step
+    attach(model)
     ids, mask = left_pad(prompts, pad_token_id, device)
     B, T = ids.shape
     n = sampling.n
@@ -202,7 +221,12 @@ def generate(
         return StoppingCriteriaList([clock, *extra])
 
     start = time.perf_counter()
-    if n == 1:
+    first_step_s = 0.0
+    if compiled:
+        new, first_token_at, first_step_s = _compiled_decode(
+            model, ids, mask, cache, sampling, eos_token_ids, stop_strings, tokenizer, compile_backend
+        )
+    elif n == 1:
         out = model.generate(
             input_ids=ids,
             attention_mask=mask,
@@ -254,4 +278,45 @@ def generate(
         stats=cache.stats.as_row(),
         prefill_s=first_token_at - start,
         decode_s=end - first_token_at,
+        compiled=compiled,
+        first_step_s=first_step_s,
     )
+
+
+def _first_tokens(logits: torch.Tensor, ids: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:
+    """(B*n, 1) first tokens from the last-position logits (B*n, V) (float32)."""
+    if sampling.do_sample:
+        return torch.multinomial(torch.softmax(sampling.warpers()(ids, logits), dim=-1), 1)
+    return logits.argmax(-1, keepdim=True)
+
+
+def _compiled_decode(model, ids, mask, cache, sampling, eos_token_ids, stop_strings, tokenizer, backend):
+    """Eager prefill, then ``max_new_tokens - 1`` compiled decode steps; returns the new token lists, the time of
+    the first token and the first decode step's wall time."""
+    n = sampling.n
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache).logits
+    last = logits[:, -1, :].float().repeat_interleave(n, dim=0)  # (B*n, V)
+    first = _first_tokens(last, ids.repeat_interleave(n, dim=0), sampling)
+    first_token_at = time.perf_counter()
+    steps = sampling.max_new_tokens - 1
+    if steps == 0:
+        return first.tolist(), first_token_at, 0.0
+    cache.batch_repeat_interleave(n)
+    plan = to_static(cache, mask.repeat_interleave(n, dim=0).bool(), steps)
+    eos = set(eos_token_ids)
+
+    def finished(out: torch.Tensor) -> bool:
+        for seq in out.tolist():
+            if not eos.intersection(seq) and not (stop_strings and _stop_cut(seq, stop_strings, tokenizer)):
+                return False
+        return True
+
+    def pick(so_far: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+        return _first_tokens(logits, so_far, sampling)
+
+    step_fn = compiled_step(ids.device.type, backend)
+    out, first_step_s = run_decode(model, plan, first, steps, pick, finished, step_fn)
+    log.info("compiled decode: first step %.2f s (includes compiling on a new shape)", first_step_s)
+    cache.record_static(plan, out.shape[1] - 1)
+    return out.tolist(), first_token_at, first_step_s

@@ -10,6 +10,21 @@ Life of a layer, driven by ``generate``:
 3. Each decode ``update`` writes the new token in place (ring) or appends it; every slot has a validity bit and the
    original position of its token, from which the attention function builds the mask when slots no longer line up
    with the logical sequence (after selection, after the ring wraps, or under left padding).
+
+State and its invariants (B rows, H_kv KV heads, S storage slots):
+
+- ``keys is None``: nothing stored yet. ``pending``: the prefill is stored whole and its selection has not run (the
+  next call must be ``finish_prefill``, from the attention function).
+- ``seen``: logical tokens of each row so far, padding included (what ``get_seq_length`` reports).
+- ``aligned``: slot s holds logical token s for every row (no selection dropped anything, the ring never wrapped),
+  so the stock masks are right and ``valid``/``pos`` may be ``None`` (method ``none``, or a full cache kept whole).
+- ``has_invalid``: some stored slot is left padding (the mask is needed even for a single query).
+- Ring methods: slots ``[0, n_frozen)`` are the frozen prefix, ``[n_frozen, n_frozen + ring)`` the ring; the next
+  decoded token goes to slot ``n_frozen + filled % ring``; the first ``n_frozen + min(filled, ring)`` slots are
+  filled. Free ring slots are marked valid already: they are never returned before a token is written in them.
+- Appending methods: every stored slot is filled; ``n_frozen`` is the number kept by the prefill.
+- Positions are written lazily (see :class:`~snapstream_core.slot_index.SlotIndex`); nothing here is updated by
+  reading an attribute: every change happens in ``update``, ``finish_prefill`` or the batch surgery methods.
 """
 
 from __future__ import annotations
@@ -50,7 +65,6 @@ class CompressedLayer(SlotIndex, CacheLayerMixin):
         self.inv_freq = inv_freq  # RoPE inverse frequencies (D/2,), for positions=in_cache
         self.ring: int | None = method.ring
         self.pending = False  # prefill stored, selection not yet done
-        self.compressed = False  # the prefill went through finish_prefill
         self.aligned = True  # slot s holds logical token s: the stock masks are right
         self.has_invalid = False  # some slot is padding
         self.seen = 0
@@ -101,6 +115,7 @@ class CompressedLayer(SlotIndex, CacheLayerMixin):
             out = self._ring_write_one(key_states, value_states)
             self._record()
             return out
+        self.flush_positions()
         new_pos = self.next_pos[:, None] + torch.arange(q, device=self.next_pos.device)  # (B, q)
         self.next_pos = self.next_pos + q
         if self.ring is None:
@@ -129,7 +144,6 @@ class CompressedLayer(SlotIndex, CacheLayerMixin):
             scaling: the attention scale.
         """
         self.pending = False
-        self.compressed = True
         keys, values = self.keys, self.values
         B, H_kv, T, D = keys.shape
         if not self.method.needs_selection(T):
@@ -167,9 +181,7 @@ class CompressedLayer(SlotIndex, CacheLayerMixin):
             self.valid[:, :, n_keep:] = True  # free ring slots become visible only once a decoded token is in them
             self.pos[:, :, :n_keep] = pos
             self.n_frozen, self.filled = n_frozen, ring_init
-        n = self._slots_now()
-        if self.valid is not None:
-            self.view_valid, self.view_pos = self.valid[..., :n], self.pos[..., :n]
+        self.view_n, self._view = self._slots_now(), None
         self._view_n = None
         self._record()
 
@@ -181,14 +193,14 @@ class CompressedLayer(SlotIndex, CacheLayerMixin):
         self.valid = torch.cat([self.valid, self.valid.new_ones(B, H_kv, q)], dim=-1)
         self.pos = torch.cat([self.pos, new_pos[:, None, :].expand(B, H_kv, q)], dim=-1)
         S = self.keys.shape[-2]
-        self.view_valid, self.view_pos = self.valid, self.pos
+        self.view_n, self._view = S, None
         self.new_slots = slice(S - q, S)
         return self.keys, self.values
 
     def _ring_write_one(self, k: torch.Tensor, v: torch.Tensor):
         """One decoded token (B, H_kv, 1, D) into its ring slot, in place: K and V (and the validity bit when it may
-        overwrite padding; its position is written lazily). Two copies, no allocation, no host synchronisation; the
-        returned views are reused while the number of slots does not change."""
+        overwrite padding; its position is written lazily, see ``SlotIndex``). Two copies, no allocation, no host
+        synchronisation; the returned views are reused while the number of slots does not change."""
         slot = self.n_frozen + self.filled % self.ring
         if self.filled >= self.ring:
             self.aligned = False  # the oldest ring token is overwritten
@@ -198,7 +210,7 @@ class CompressedLayer(SlotIndex, CacheLayerMixin):
         self.values.narrow(2, slot, 1).copy_(v)
         self.new_slots = slice(slot, slot + 1)
         n = self.n_frozen + min(self.filled + 1, self.ring)
-        self.ring_written(self.filled, n)  # its position is written when positions are next read
+        self.ring_written(self.filled, n)  # its position is written by the next flush_positions
         self.filled += 1
         if n != self._view_n:
             self._kv_view = (self.keys[:, :, :n], self.values[:, :, :n])
@@ -213,8 +225,10 @@ class CompressedLayer(SlotIndex, CacheLayerMixin):
         out_k = torch.cat([self.keys[:, :, :n], k], dim=-2)
         out_v = torch.cat([self.values[:, :, :n], v], dim=-2)
         new_pos_h = new_pos[:, None, :].expand(B, H_kv, q)
-        self.view_valid = torch.cat([self.valid[..., :n], self.valid.new_ones(B, H_kv, q)], dim=-1)
-        self.view_pos = torch.cat([self.pos[..., :n], new_pos_h], dim=-1)
+        self.set_view(
+            torch.cat([self.valid[..., :n], self.valid.new_ones(B, H_kv, q)], dim=-1),
+            torch.cat([self.pos[..., :n], new_pos_h], dim=-1),
+        )
         self.new_slots = slice(n, n + q)
         self.aligned = False
         for i in range(max(q - self.ring, 0), q):
@@ -259,15 +273,13 @@ class CompressedLayer(SlotIndex, CacheLayerMixin):
 
     # ------------------------------------------------------------------ batch surgery (generate, sample-n, beams)
     def _map_batch(self, fn) -> None:
-        self._make_lazy_views()
-        self._flush_positions()
-        for name in ("keys", "values", "valid", "_pos", "_next_pos", "_view_valid", "_view_pos"):
+        self.flush_positions()
+        for name in ("keys", "values", "valid", "pos", "next_pos"):
             value = getattr(self, name)
             if value is not None:
                 setattr(self, name, fn(value))
-        n = self._slots_now() if self.keys is not None else 0
-        if self.valid is not None:
-            self.view_valid, self.view_pos = self.valid[..., :n], self.pos[..., :n]
+        if self._view is not None:
+            self._view = (fn(self._view[0]), fn(self._view[1]))
         self._view_n = None
 
     def batch_repeat_interleave(self, repeats: int) -> None:

@@ -1,8 +1,23 @@
 """Pass-key retrieval in long real prose: the diagnostic where a 135M model shows what compression drops.
 
-A random 7-digit key is stated once ("The special magic number is 4817263.") at a chosen depth of a haystack of Paul
+A random key is stated once ("The special magic number is 4817263.") at a chosen depth of a haystack of Paul
 Graham essays (RULER's filler; see ``tasks/data/needle/README.md``), and the model is asked for it at the end, in
-RULER's wording. Items are deterministic given ``task.seed``. Scored by exact match of the first number in the answer.
+RULER's wording. Items are deterministic given ``task.seed``. Scored by exact match (case-insensitive) of the first
+key-shaped span of the answer, and by ``key_prefix``, the share of the key's leading characters recovered.
+
+Key kinds (``task.key_kind``), RULER's three (``scripts/data/synthetic/niah.py``: ``numbers``, ``words``,
+``uuids``):
+
+- ``number``: 7 digits (RULER's niah_single_2). A tokenizer that splits digits one by one (SmolLM2) makes it a
+  7-token key, and SnapKV's pooling kernel of 7 keeps only its first digits: it measures tokenisation as much as
+  retrieval;
+- ``words``: ``adjective-noun`` from ``tasks/data/needle/words.json`` (as RULER's wonderwords keys), a few tokens for
+  any tokenizer, but harder to tell from the prose around it (SmolLM2 with the full cache: 2 of 6 at 1.5k tokens);
+- ``uuid``: a UUID4-shaped hex string (RULER's uuids), the hardest: about 25 tokens.
+
+The default comes from the model (``model.needle_key_kind``, else ``number``), so that each model gets the kind it
+can retrieve with the full cache; ``key_prefix`` then tells a cut key from a missed one.
+
 Not one of the paper's benchmarks: it runs the whole pipeline on a CPU and isolates the prompt-selection question.
 """
 
@@ -12,6 +27,7 @@ import json
 import os
 import random
 import re
+import uuid
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -21,15 +37,23 @@ import pandas as pd
 from tasks.base import Prompt, bundled_path
 
 PRIMARY_METRIC = "accuracy"
+REPORT_METRICS = ("accuracy", "key_prefix")  # evals.report: exact match beside the share of the key recovered
 HAYSTACK = "needle/paul_graham_essays.json"
-NEEDLE = "The special magic number is {key}."
+WORDS = "needle/words.json"
+NEEDLE = "The special magic {noun} is {key}."
 TEMPLATE = (
-    "Some special magic number is hidden within the following text. Make sure to memorize it. "
-    "I will quiz you about the number afterwards.\n{context}\n"
-    "What is the special magic number mentioned in the provided text?"
+    "Some special magic {noun} is hidden within the following text. Make sure to memorize it. "
+    "I will quiz you about the {noun} afterwards.\n{context}\n"
+    "What is the special magic {noun} mentioned in the provided text?"
 )
-ANSWER_PREFIX = "The special magic number mentioned in the provided text is"
-NUMBER = re.compile(r"\d+")
+ANSWER_PREFIX = "The special magic {noun} mentioned in the provided text is"
+KEY_KINDS = ("number", "words", "uuid")
+NOUNS = {"number": "number", "words": "word", "uuid": "uuid"}
+KEY_PATTERNS = {  # the first key-shaped span of an answer; a partial key still counts for key_prefix
+    "number": re.compile(r"\d+"),
+    "words": re.compile(r"[A-Za-z]+(?:-[A-Za-z]+)*"),
+    "uuid": re.compile(r"[0-9A-Fa-f]+(?:-[0-9A-Fa-f]+)*"),
+}
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
@@ -40,15 +64,37 @@ class NeedleItem:
     depth: float  # 0 = start of the haystack, 1 = end
     offset: int  # where in the essays this item's haystack starts (characters)
     context_tokens: int
+    key_kind: str = "number"
+
+    @property
+    def noun(self) -> str:
+        return NOUNS[self.key_kind]
 
     @property
     def breakdown(self) -> dict[str, Any]:
-        return {"depth": round(self.depth, 2), "context_tokens": self.context_tokens}
+        return {"depth": round(self.depth, 2), "context_tokens": self.context_tokens, "key_kind": self.key_kind}
 
 
 @lru_cache(maxsize=1)
 def haystack_text() -> str:
     return json.loads(bundled_path(HAYSTACK).read_text(encoding="utf-8"))["text"]
+
+
+@lru_cache(maxsize=1)
+def word_lists() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(adjectives, nouns)`` for ``words`` keys."""
+    data = json.loads(bundled_path(WORDS).read_text(encoding="utf-8"))
+    return tuple(data["adjectives"]), tuple(data["nouns"])
+
+
+def make_key(kind: str, rng: random.Random) -> str:
+    """One key of ``kind``: ``4817263``, ``quiet-harbor`` or ``1b4e28ba-2fa1-4d2e-8c3a-0f9e7d6c5b4a``."""
+    if kind == "number":
+        return str(rng.randrange(1_000_000, 10_000_000))
+    if kind == "words":
+        adjectives, nouns = word_lists()
+        return f"{rng.choice(adjectives)}-{rng.choice(nouns)}"
+    return str(uuid.UUID(int=rng.getrandbits(128), version=4))
 
 
 def _depths(cfg) -> tuple[float, float]:
@@ -67,6 +113,8 @@ def validate(cfg) -> None:
         raise ValueError(f"task.n_items: must be a positive integer, got {cfg.n_items!r}")
     if cfg.limit is not None and (not isinstance(cfg.limit, int) or cfg.limit < 1):
         raise ValueError(f"task.limit: must be a positive integer or null, got {cfg.limit!r}")
+    if cfg.get("key_kind", "number") not in KEY_KINDS:
+        raise ValueError(f"task.key_kind: must be one of {', '.join(KEY_KINDS)}, got {cfg.get('key_kind')!r}")
 
 
 def load(cfg) -> list[NeedleItem]:
@@ -78,12 +126,13 @@ def load(cfg) -> list[NeedleItem]:
     if span <= 0:
         raise ValueError(f"task.context_tokens: {cfg.context_tokens} tokens is more than the bundled haystack holds")
     lo, hi = _depths(cfg)
+    kind = cfg.get("key_kind", "number")
     items = []
     for i in range(cfg.n_items):
-        key = str(rng.randrange(1_000_000, 10_000_000))
+        key = make_key(kind, rng)
         depth = rng.uniform(lo, hi)
         offset = text.find(" ", rng.randrange(0, span)) + 1
-        items.append(NeedleItem(f"needle-{cfg.seed}-{i}", key, depth, offset, cfg.context_tokens))
+        items.append(NeedleItem(f"needle-{cfg.seed}-{i}", key, depth, offset, cfg.context_tokens, kind))
     return items[: cfg.limit] if cfg.limit else items
 
 
@@ -103,18 +152,19 @@ def haystack(item: NeedleItem, tokenizer=None) -> str:
         raw = raw[: 4 * item.context_tokens]
     sentences = SENTENCE_END.split(raw)
     at = min(len(sentences), max(0, round(item.depth * len(sentences))))
-    return " ".join([*sentences[:at], NEEDLE.format(key=item.key), *sentences[at:]])
+    return " ".join([*sentences[:at], NEEDLE.format(noun=item.noun, key=item.key), *sentences[at:]])
 
 
 def prompt(item: NeedleItem, model_cfg, *, cfg=None, tokenizer=None) -> Prompt:
-    question = TEMPLATE.format(context=haystack(item, tokenizer))
-    return Prompt([{"role": "user", "content": question}], prefill=ANSWER_PREFIX)
+    question = TEMPLATE.format(noun=item.noun, context=haystack(item, tokenizer))
+    return Prompt([{"role": "user", "content": question}], prefill=ANSWER_PREFIX.format(noun=item.noun))
 
 
 def score(item: NeedleItem, completion: str, *, cfg=None) -> dict[str, Any]:
-    match = NUMBER.search(completion or "")
-    prediction = match.group(0) if match else None
-    return {"prediction": prediction, "answer": item.key, "correct": prediction == item.key}
+    """Exact match of the first span of the answer shaped like a key of the item's kind (lower-cased)."""
+    match = KEY_PATTERNS[item.key_kind].search(completion or "")
+    prediction = match.group(0).lower() if match else None
+    return {"prediction": prediction, "answer": item.key, "correct": prediction == item.key.lower()}
 
 
 def _text(value: Any) -> str:
@@ -124,14 +174,16 @@ def _text(value: Any) -> str:
 
 
 def key_prefix(prediction: Any, answer: Any) -> float:
-    """Share (0..1) of the key's leading digits that the prediction reproduces: 1 for an exact answer, about 0.4
-    for a model that found the needle but lost the tail of the number, 0 for one that never saw it."""
-    pred, key = _text(prediction), _text(answer)
+    """Share (0..1) of the key's leading characters that the prediction reproduces (case-insensitive): 1 for an
+    exact answer, about 0.4 for a model that found the needle but lost the tail of the number, 0 for one that never
+    saw it."""
+    pred, key = _text(prediction).lower(), _text(answer).lower()
     return len(os.path.commonprefix([pred, key])) / len(key) if key else 0.0
 
 
 def summarize(rows: pd.DataFrame, *, cfg=None) -> pd.DataFrame:
-    """Accuracy (%) overall and by depth third; ``key_prefix`` (%): the mean share of leading key digits recovered."""
+    """Accuracy (%) overall and by depth third; ``key_prefix`` (%): the mean share of leading key characters
+    recovered."""
     correct = rows["correct"].astype(float) * 100
     prefix = pd.Series([key_prefix(p, a) for p, a in zip(rows["prediction"], rows["answer"])], index=rows.index)
     out = [

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 import tasks.aime24 as aime
+from evals.summary import behaviour_rows
 from tasks.aime24.data import Item
 
 # Three problems x 8 samples. (sample_idx, prediction, correct, finish_reason)
@@ -50,11 +51,15 @@ def test_pass_at_k_and_cons_against_hand_computed_values():
     assert set(s.metric) >= {"pass@1", "pass@4", "pass@8"} and "pass@16" not in set(s.metric)
     # cons@8: A votes 204 (right), B votes 7 (wrong), C has no vote (wrong) -> 1/3
     assert metric(s, "cons@8") == (pytest.approx(1 / 3), 3)
-    # answered: 24 rows, 2 + 1 + 8 = 11 without a prediction; truncated: the same 11 rows were cut by length
+    # answered: 24 rows, 2 + 1 + 8 = 11 without a prediction
     assert metric(s, "answered") == (pytest.approx(13 / 24), 24)
-    assert metric(s, "truncated") == (pytest.approx(11 / 24), 24)
-    assert metric(s, "gen_tokens_mean") == (pytest.approx(4500.0), 24)
-    assert metric(s, "kv_tokens_peak_mean") == (512.0, 24)
+    # lengths and cut generations are the shared behaviour rows of evals.summary, not AIME's own
+    assert not {"truncated", "gen_tokens_mean", "kv_tokens_peak_mean"} & set(s.metric)
+    shared = pd.DataFrame(behaviour_rows(rows()))
+    # the same 11 rows were cut by length
+    assert metric(shared, "share_gen_truncated") == (pytest.approx(100 * 11 / 24), 24)
+    assert metric(shared, "mean_gen_tokens") == (pytest.approx(4500.0), 24)
+    assert metric(shared, "mean_kv_tokens_peak") == (512.0, 24)
     assert metric(s, "pass@1", "exam=2024-I") == (pytest.approx(3 / 16), 2)
     assert metric(s, "pass@1", "exam=2024-II") == (0.0, 1)
 
@@ -85,7 +90,7 @@ def test_per_problem_table():
     assert list(aime.per_problem(rows(shuffle=False)).item_id) == ["A", "B", "C"]  # order of first appearance
     table = aime.per_problem(rows())
     a = table.set_index("item_id").loc["A"]
-    assert (a.exam, a.answer, a.n, a.n_correct, a["pass@1"], a.majority, a.truncated) == (
+    assert (a.exam, a.answer, a.n, a.n_correct, a["pass@1"], a.majority, a.gen_truncated) == (
         "2024-I", "204", 8, 2, 0.25, "204", 2)
     assert a.answered == pytest.approx(6 / 8) and a.gen_tokens_mean == pytest.approx(4500.0)
     assert pd.isna(table.set_index("item_id").loc["C"].majority)

@@ -15,6 +15,7 @@ from bench import run
 from bench.cases import PLAIN, Case, kept_after_prefill, plan
 from bench.config import BenchConfig, parse_tokens
 from bench.config import WARM_STEPS
+from bench.floor import floor_bytes, kv_bytes_per_token, weight_bytes
 from bench.measure import measure_group
 from bench.models import load
 
@@ -29,6 +30,7 @@ CFG = BenchConfig(
     kernel=3,
     batches=(1, 2),
     batch_context=96,
+    compile_backend="eager",  # the compiled cases' graph capture without code generation: seconds, not minutes
 )
 STEPS = WARM_STEPS + CFG.steps  # decode forwards per case (the first ones untimed)
 # tiny_llama: 2 layers, 2 KV heads of dim 16, fp32 -> bytes per token per layer for K and V
@@ -106,12 +108,15 @@ def test_bad_knobs_name_the_field():
         CFG.with_(prompt_budget=8)
     with pytest.raises(ValueError, match="bench.methods"):
         CFG.with_(methods=("h2o",))
+    with pytest.raises(ValueError, match="bench.compiled"):
+        CFG.with_(methods=("snapstream",), compiled=("none",))
 
 
 def test_run_writes_tables_and_figures(tmp_path):
     argv = ["--model", "tiny_llama", "--contexts", "96,160", "--steps", "3", "--reps", "1",
             "--prompt-budget", "64", "--recent", "16", "--window", "8", "--kernel", "3", "--batches", "1,2",
-            "--batch-context", "96", "--out", str(tmp_path)]  # fmt: skip
+            "--batch-context", "96", "--compile-backend", "eager", "--compiled", "none,snapstream",
+            "--out", str(tmp_path)]  # fmt: skip
     assert run.main(argv) == 0
     summary = list(csv.DictReader((tmp_path / "summary.csv").open()))
     by = {(r["method"], r["context"], r["batch"]): r for r in summary if r["group"] == "ctx160"}
@@ -123,3 +128,30 @@ def test_run_writes_tables_and_figures(tmp_path):
     assert (tmp_path / "figures.md").read_text().startswith("# SnapStream benchmark")
     assert torch.isfinite(torch.tensor(float(by[("plain", "64", "1")]["decode_ms_per_token"])))
     assert float(by[("snapstream", "160", "1")]["limit_context"]) == 64  # compared with plain@64 of its own group
+    comp = figs["per_context"][-1]["compiled"]
+    assert all(comp["methods"][m]["compiled_vs_floor"] > 0 for m in ("none", "snapstream"))
+    assert all(f["eager_vs_floor"] > 0 for f in comp["methods"].values())
+    assert comp["full_compiled_over_snapstream_compiled"] > 0
+    assert float(by[("snapstream+compiled", "160", "1")]["kv_full_over_this"]) > 1  # the ring, compiled too
+
+
+@pytest.mark.parametrize("method", ["none", "snapkv", "streaming_llm", "snapstream"])
+def test_a_compiled_case_decodes_the_eager_tokens_and_holds_the_same_kv(tiny, method):
+    model, prompts = tiny
+    cases = [Case("sdpa", method, 160), Case("sdpa", method + "+compiled", 160)]
+    eager, compiled = measure_group(model, prompts, cases, CFG, keep_tokens=True)
+    assert compiled["compiled"] and not eager["compiled"]
+    assert compiled["tokens"] == eager["tokens"]
+    assert compiled["kv_tokens_final"] == eager["kv_tokens_final"]
+    assert compiled["floor_bytes"] == eager["floor_bytes"]
+
+
+def test_the_floor_counts_weights_once_and_the_kv_held(tiny):
+    model, _ = tiny
+    cfg = model.config
+    emb = cfg.vocab_size * cfg.hidden_size * 4
+    tied = model.get_output_embeddings().weight is model.get_input_embeddings().weight
+    all_params = sum(p.numel() for p in model.parameters()) * 4
+    assert weight_bytes(model) == (all_params if tied else all_params - emb + cfg.hidden_size * 4)
+    assert kv_bytes_per_token(model) == LAYERS * PER_TOKEN_LAYER
+    assert floor_bytes(model, 100, 3) == weight_bytes(model) + 3 * 100 * LAYERS * PER_TOKEN_LAYER

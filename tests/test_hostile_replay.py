@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pandas as pd
+import pytest
 from lcb_helpers import REPO, bundled, fenced
 from lcb_sample_source import REFERENCE
 
@@ -75,4 +76,4 @@ def test_a_poisoned_30_row_replay_keeps_every_row_and_resumes(tmp_path):
     assert len((out / "samples.jsonl").read_text().splitlines()) == 30  # nothing redone, nothing duplicated
     assert (out / "summary.csv").read_text() == summary
     shares = pd.read_csv(out / "summary.csv").set_index(["metric", "group"])["value"]
-    assert shares[("share_protocol_error", "all")] == 4 / 30
+    assert shares[("share_protocol_error", "all")] == pytest.approx(100 * 4 / 30)  # percent

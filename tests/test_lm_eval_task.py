@@ -142,7 +142,7 @@ def test_a_sweep_writes_rows_and_summaries_that_the_report_aggregates(tiny_llama
     report = (tmp_path / "report.md").read_text()
     assert TASK in report and "exact_match,digits" in report
     aggregated = pd.read_csv(tmp_path / "summary_all.csv")
-    assert set(aggregated["method"]) == {"none", "snapstream"} and (tmp_path / "plots" / f"{TASK}__tiny_llama.png").is_file()
+    assert set(aggregated["method"]) == {"none", "snapstream"} and (tmp_path / "plots" / f"frontier__{TASK}__tiny_llama.png").is_file()
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,8 @@ from omegaconf import OmegaConf
 
 from tasks import needle
 
-CFG = dict(source="bundled", context_tokens=1024, depth_lo=0.33, depth_hi=0.67, n_items=10, seed=0, limit=None)
+CFG = dict(source="bundled", context_tokens=1024, depth_lo=0.33, depth_hi=0.67, n_items=10, seed=0, limit=None,
+           key_kind="number")
 
 
 def cfg(**kw):
@@ -27,7 +28,7 @@ def test_the_haystack_has_the_requested_tokens_and_the_needle_at_its_depth(smoll
     _, tok = smollm2
     for item in needle.load(cfg(limit=4)):
         text = needle.haystack(item, tok)
-        sentence = needle.NEEDLE.format(key=item.key)
+        sentence = needle.NEEDLE.format(noun=item.noun, key=item.key)
         assert text.count(sentence) == 1
         before, after = text.split(sentence)
         n_text = len(tok(before + after, add_special_tokens=False)["input_ids"])
@@ -93,3 +94,41 @@ def test_the_embedded_model_finds_the_key_with_the_full_cache(smollm2):
                    eos_token_ids=[tok.eos_token_id], pad_token_id=tok.pad_token_id)
     found = [needle.score(i, tok.decode(t[0]))["correct"] for i, t in zip(items, out.tokens)]
     assert sum(found) >= 2, found
+
+
+@pytest.mark.parametrize("kind,shape", [
+    ("number", r"[1-9]\d{6}"),
+    ("words", r"[a-z]+-[a-z]+"),
+    ("uuid", r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}"),
+])
+def test_each_key_kind_has_its_shape_its_wording_and_is_scored_by_exact_match(kind, shape):
+    import re
+
+    items = needle.load(cfg(key_kind=kind))
+    assert all(re.fullmatch(shape, i.key) for i in items) and len({i.key for i in items}) >= 9
+    assert items == needle.load(cfg(key_kind=kind))  # deterministic
+    item = items[0]
+    prompt = needle.prompt(item, None)
+    assert f"The special magic {item.noun} is {item.key}." in prompt.messages[0]["content"]
+    assert prompt.prefill == f"The special magic {item.noun} mentioned in the provided text is"
+    assert needle.score(item, f" {item.key.upper()}.")["correct"]  # case does not matter
+    half = item.key[: len(item.key) // 2].rstrip("-")
+    partial = needle.score(item, f" {half}")
+    assert not partial["correct"] and needle.key_prefix(partial["prediction"], item.key) == pytest.approx(
+        len(half) / len(item.key))
+
+
+def test_word_keys_are_a_few_tokens_where_numbers_are_one_token_a_digit(smollm2):
+    _, tok = smollm2
+
+    def n_tokens(item):
+        return len(tok(f" {item.key}.", add_special_tokens=False)["input_ids"])
+
+    words = [n_tokens(i) for i in needle.load(cfg(key_kind="words"))]
+    numbers = [n_tokens(i) for i in needle.load(cfg(key_kind="number"))]
+    assert max(words) <= 6 < min(numbers)  # SmolLM2 splits the 7 digits: kernel-7 pooling keeps only their head
+
+
+def test_an_unknown_key_kind_is_refused_naming_the_field():
+    with pytest.raises(ValueError, match="task.key_kind"):
+        needle.load(cfg(key_kind="emoji"))

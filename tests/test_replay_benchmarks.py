@@ -55,11 +55,11 @@ def test_aime24_boxed_answer_100_answer_plus_one_0(tmp_path, model):
     right = [{"item_id": i.item_id, "completion": f"{think}So the answer is $\\boxed{{{i.answer}}}$."} for i in items]
     wrong = [{"item_id": i.item_id, "completion": f"{think}\\boxed{{{int(i.answer) + 1}}}"} for i in items]
     extra = (f"model={model}", "task.source=bundled")
-    assert replay(tmp_path / "r", "aime24", right, *extra)[("pass@1", "all")] == 1.0
+    assert replay(tmp_path / "r", "aime24", right, *extra)[("pass@1", "all")] == 100.0  # summary.csv: percent
     assert replay(tmp_path / "w", "aime24", wrong, *extra)[("pass@1", "all")] == 0.0
 
 
-@pytest.mark.parametrize("protocol, expected", [("lighteval", 1.0), ("boxed", 0.0)])
+@pytest.mark.parametrize("protocol, expected", [("lighteval", 100.0), ("boxed", 0.0)])  # percent
 def test_aime24_unclosed_thinking_by_protocol(tmp_path, protocol, expected):
     """lighteval (default) grades a completion whose thinking never closed as it stands; ``boxed`` gives it nothing.
     Either way the rows say the thinking never closed, and record the protocol."""
@@ -69,10 +69,10 @@ def test_aime24_unclosed_thinking_by_protocol(tmp_path, protocol, expected):
     value = replay(tmp_path, "aime24", cut, "model=r1_distill_llama_8b", "task.source=bundled",
                    f"task.protocol={protocol}")
     assert value[("pass@1", "all")] == expected
+    assert value[("share_think_unclosed", "all")] == 100.0
     rows = pd.read_csv(next(tmp_path.rglob("samples.csv")))
     assert not rows["thinking_closed"].any()
     assert set(rows["protocol"]) == {protocol}
-    assert value[("thinking_unclosed", "all")] == len(rows)
 
 
 def test_longbench_v2_empty_outputs_leave_the_official_denominator(tmp_path):
@@ -93,6 +93,6 @@ def test_longbench_v2_empty_outputs_leave_the_official_denominator(tmp_path):
 def test_livecodebench_reference_solutions_pass_at_1_is_100(tmp_path):
     records = [json.loads(line) for line in LCB_REPLAY.read_text().splitlines()]
     value = replay(tmp_path, "livecodebench", records, "gen.n_samples=2")
-    assert value[("pass@1", "all")] == 1.0
+    assert value[("pass@1", "all")] == 100.0  # summary.csv: percent
     rows = pd.read_csv(next(tmp_path.rglob("samples.csv")))
     assert set(rows["outcome"]) == {"passed"} and len(rows) == len(records)

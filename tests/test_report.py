@@ -1,53 +1,116 @@
-"""evals.report on summaries of runs whose knobs differ in some columns and are missing (NaN) in others."""
+"""evals.report on run directories whose knobs differ in some columns and are missing in others: one line and one
+cell per run, the paired delta against the full cache, and the files a user opens."""
 
 from __future__ import annotations
 
-import pandas as pd
+import json
 
-from evals.report import breakdown_tables, main, write_report
+import pandas as pd
+import pytest
+
+from evals.report import breakdown_tables, collect, headline, main, pivots, write_report
+from evals.report.paired import paired_deltas
+from evals.stats import paired_bootstrap
 
 KNOBS = {"window": 32, "pooling": "max", "gqa_agg": "mean", "positions": "original"}
-RUNS = [  # run_id, method, prompt_budget, recent, kernel, sinks, accuracy (all), accuracy (depth=middle)
-    ("r_none", "none", None, None, None, None, 100.0, 90.0),
-    ("r_k7", "snapkv", 256, None, 7, 0, 0.0, 10.0),
-    ("r_k15", "snapkv", 256, None, 15, 0, 50.0, 60.0),
-    ("r_stream", "streaming_llm", 256, 252, None, 4, 25.0, 20.0),
+RUNS = [  # run, method, prompt_budget, recent, kernel, sinks, per-item correct (4 items), accuracy depth=middle
+    ("r_none", "none", None, None, None, None, [1, 1, 1, 1], 90.0),
+    ("r_k7", "snapkv", 256, None, 7, 0, [0, 0, 0, 0], 10.0),
+    ("r_k15", "snapkv", 256, None, 15, 0, [1, 0, 1, 0], 60.0),
+    ("r_stream", "streaming_llm", 256, 252, None, 4, [0, 1, 0, 0], 20.0),
 ]
+ITEMS = ["a", "b", "c", "d"]
 
 
-def _summary(run) -> pd.DataFrame:
-    run_id, method, budget, recent, kernel, sinks, acc_all, acc_mid = run
-    knobs = KNOBS if method != "none" and method != "streaming_llm" else {}
+def _summary(run, **extra) -> pd.DataFrame:
+    run_id, method, budget, recent, kernel, sinks, correct, acc_mid = run
+    knobs = KNOBS if method not in ("none", "streaming_llm") else {}
     base = {"model": "m", "task": "needle", "method": method, "prompt_budget": budget, "recent": recent,
-            "kernel": kernel, "sinks": sinks, "run_id": run_id, "n": 10, "metric": "accuracy",
-            **{k: knobs.get(k) for k in KNOBS}}
-    return pd.DataFrame([{**base, "group": "all", "value": acc_all}, {**base, "group": "depth=middle", "value": acc_mid}])
+            "kernel": kernel, "sinks": sinks, "run_id": run_id, "n": 4, "unit": "%",
+            **{k: knobs.get(k) for k in KNOBS}, **extra}
+    acc = 100.0 * sum(correct) / 4
+    return pd.DataFrame([
+        {**base, "metric": "accuracy", "group": "all", "value": acc, "stderr": 5.0, "ci_lo": acc - 10, "ci_hi": acc},
+        {**base, "metric": "accuracy", "group": "depth=middle", "value": acc_mid, "stderr": None},
+        {**base, "metric": "mean_kv_bytes_peak", "group": "all", "value": 1000.0 * (budget or 2000), "unit": "bytes"},
+        {**base, "metric": "mean_kv_tokens_peak", "group": "all", "value": (budget or 2000) + 4.0, "unit": "tokens"},
+    ])
 
 
-def test_breakdown_has_one_row_per_run_and_tells_variants_apart():
-    summary = pd.concat([_summary(r) for r in RUNS], ignore_index=True)
-    [(title, table)] = breakdown_tables(summary)
-    assert title == "needle: accuracy"
+def _write(root, run, **extra):
+    run_dir = root / run[0]
+    run_dir.mkdir(parents=True)
+    _summary(run, **extra).to_csv(run_dir / "summary.csv", index=False)
+    pd.DataFrame({"item_id": ITEMS, "correct": [bool(c) for c in run[6]]}).to_csv(run_dir / "samples.csv", index=False)
+    identity = {"model": "m", "task": "needle", "compression": {"method": run[1], "prompt_budget": run[2]}}
+    (run_dir / "meta.json").write_text(json.dumps({"identity": identity, "fingerprint": f"fp-{run[0]}"}))
+    return run_dir
+
+
+def test_breakdown_has_one_row_per_run_and_tells_variants_apart(tmp_path):
+    for run in RUNS:
+        _write(tmp_path, run)
+    [(title, table)] = breakdown_tables(collect(tmp_path))
+    assert title.startswith("needle: accuracy (%)")
     assert len(table) == len(RUNS)  # no rows for knob combinations that no run has
     assert list(table.columns[-2:]) == ["all", "depth=middle"]
     assert "kernel" in table.columns  # the one knob that tells the two snapkv runs apart
     by_kernel = table[table["method"] == "snapkv"].set_index("kernel")
-    assert by_kernel.loc[7, "all"] == 0.0 and by_kernel.loc[15, "all"] == 50.0
+    assert by_kernel.loc["7", "all"] == "0.0 ± 5.0" and by_kernel.loc["15", "all"] == "50.0 ± 5.0"
     none = table[table["method"] == "none"].iloc[0]
-    assert pd.isna(none["prompt_budget"]) and none["depth=middle"] == 90.0
+    assert none["prompt_budget"] == "—" and none["depth=middle"] == "90.0"
+    assert not table.isna().any().any() and "nan" not in table.to_string()
 
 
-def test_report_writes_files_and_prints_headline(tmp_path, capsys):
+def test_paired_delta_against_the_full_cache_is_the_hand_computed_one(tmp_path):
     for run in RUNS:
-        run_dir = tmp_path / run[0]
-        run_dir.mkdir()
-        _summary(run).to_csv(run_dir / "summary.csv", index=False)
+        _write(tmp_path, run)
+    deltas = paired_deltas(headline(collect(tmp_path))).set_index("run")
+    assert set(deltas.index) == {"r_k7", "r_k15", "r_stream"} and set(deltas["reference"]) == {"r_none"}
+    # r_k15 against r_none on items a..d: differences 0, -100, 0, -100 -> mean -50, stderr 100/sqrt(3)/2... by hand
+    k15 = deltas.loc["r_k15"]
+    assert k15["delta"] == -50.0 and k15["n_paired"] == 4
+    assert k15["delta_stderr"] == pytest.approx(pd.Series([0, -100, 0, -100]).std() / 2)
+    expected = paired_bootstrap([100] * 4, [100, 0, 100, 0], iters=1000, seed=0)
+    assert (k15["delta_ci_lo"], k15["delta_ci_hi"], k15["p_value"]) == (expected.ci_lo, expected.ci_hi,
+                                                                       expected.p_value)
+    # 4 of 4 items lost: 2 of the 16 sign patterns are as extreme
+    assert deltas.loc["r_k7", ["delta", "delta_ci_lo", "delta_ci_hi", "p_value"]].tolist() == [-100, -100, -100, 0.125]
+
+
+def test_runs_differing_in_any_knob_are_never_merged_into_one_line_or_cell(tmp_path):
+    for run in RUNS:
+        _write(tmp_path, run)
+    # a second snapkv k=15 run that differs only in a knob the summary does not show (its fingerprint differs)
+    twin = ("r_k15_seed1", *RUNS[2][1:6], [0, 0, 1, 1], 60.0)
+    _write(tmp_path, twin)
+    head = headline(collect(tmp_path))
+    assert len(head) == 5 and head["label"].is_unique
+    assert {lbl for lbl in head["label"] if "kernel=15" in lbl} == {
+        "snapkv (kernel=15) [fp-r_k15]", "snapkv (kernel=15) [fp-r_k15_see]"}
+    [(title, table)] = pivots(collect(tmp_path), head, paired_deltas(head))
+    assert title == "needle · m: accuracy (%), ± standard error"
+    assert len(table) == 5 and list(table.columns) == ["method", "full", "256"]
+    cells = table.set_index("method")["256"]
+    assert cells["snapkv (kernel=15) [fp-r_k15]"].startswith("50.0 ± 5.0 (Δ -50.0, p ")
+    assert cells["snapkv (kernel=7)"] == "0.0 ± 5.0 (Δ -100.0, p 0.12)"
+    assert table.set_index("method").loc["none", "full"] == "100.0 ± 5.0"
+    assert not table.isna().any().any()
+
+
+def test_report_writes_markdown_html_and_plots_and_prints_headline(tmp_path, capsys):
+    for run in RUNS:
+        _write(tmp_path, run)
     report, head = write_report(tmp_path)
     assert len(head) == len(RUNS) and set(head["value"]) == {100.0, 0.0, 50.0, 25.0}
     text = report.read_text()
-    assert "## needle: accuracy" in text and "![needle__m](plots/needle__m.png)" in text
-    assert (tmp_path / "plots" / "needle__m.png").stat().st_size > 0
-    assert len(pd.read_csv(tmp_path / "summary_all.csv")) == 2 * len(RUNS)
+    assert "## needle · m: accuracy (%), ± standard error" in text and "nan" not in text
+    for kind in ("frontier", "budget"):
+        png = tmp_path / "plots" / f"{kind}__needle__m.png"
+        assert png.stat().st_size > 0 and f"![{png.stem}](plots/{png.name})" in text
+    page = (tmp_path / "report.html").read_text()
+    assert page.count("src='data:image/png;base64,") == 2 and "<table" in page and "plots/" not in page
+    assert len(pd.read_csv(tmp_path / "summary_all.csv")) == 4 * len(RUNS)
     assert main([str(tmp_path)]) == 0
     assert f"report: {report}" in capsys.readouterr().out
 

@@ -44,6 +44,7 @@ def test_a_run_writes_the_contract_files(tmp_path):
     assert "accuracy" in set(summary["metric"])
     meta = json.loads((out / "meta.json").read_text())
     assert meta["status"] == "complete" and meta["versions"]["transformers"] == "5.23.0"
+    assert meta["decode_compile"] == {"gen.compile": "auto", "compiled": False, "first_step_s": 0.0}  # CPU: eager
 
 
 def test_replay_of_a_runs_own_completions_reproduces_its_correct_column(tmp_path):
@@ -133,6 +134,7 @@ def test_kill_9_then_rerun_loses_nothing_and_duplicates_nothing(tmp_path):
         (["backend=replay"], "backend.path: Missing mandatory value"),
         (["gen.temperature=-1"], "gen.temperature: must be >= 0"),
         (["gen.batch_size=0"], "gen.batch_size: must be >= 1"),
+        (["gen.compile=yes"], "gen.compile: must be auto, true or false"),
         (["task=needle", "task.depth_lo=0.9", "task.depth_hi=0.1"], "task.depth_lo"),
         (["task=aime24", "task.source=path", "task.path=/nope.jsonl"], "/nope.jsonl"),
     ],

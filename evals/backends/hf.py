@@ -12,6 +12,7 @@ from evals.models import load_model
 from snapstream_core import attach
 from snapstream_core.generate import SamplingConfig, generate
 from snapstream_core.methods.base import CompressionMethod
+from snapstream_core.static_decode import resolve_compile
 from tasks.base import Prompt, decode_keeping_think_tags
 
 log = logging.getLogger(__name__)
@@ -28,10 +29,15 @@ class HFBackend:
     supports_followup = True
     batch_size = None  # the run's gen.batch_size
 
-    def __init__(self, model_cfg: Any, method: CompressionMethod, sampling: SamplingConfig):
+    def __init__(
+        self, model_cfg: Any, method: CompressionMethod, sampling: SamplingConfig, compile: bool | str = "auto"
+    ):
         self.model_cfg = model_cfg
         self.method = method
         self.sampling = sampling
+        resolve_compile(compile, "cpu")  # checks the value (gen.compile) before the weights load
+        self.compile = compile
+        self.compile_meta: dict[str, Any] = {}
         self.model, self.tokenizer = load_model(model_cfg)
         attach(self.model)
         self.eos = self._eos_ids()
@@ -58,6 +64,11 @@ class HFBackend:
         log.warning("gen.max_new_tokens=%d with a prompt of %d tokens goes past the %d positions %s was trained for: "
                     "tokens beyond position %d are generated out of distribution (lower gen.max_new_tokens)",
                     max_new, prompt_tokens, positions, self.model_cfg.name, positions)
+
+    def meta(self) -> dict[str, Any]:
+        """For ``meta.json``: ``decode_compile`` = the ``gen.compile`` value, whether decode ran compiled and the first
+        compiled step's wall time (the compile time)."""
+        return {"decode_compile": {"gen.compile": self.compile, **self.compile_meta}}
 
     def samples_for(self, item_id: str, n: int) -> list[int]:
         return list(range(n))
@@ -121,10 +132,15 @@ class HFBackend:
             pad_token_id=self.pad,
             stop_strings=stop,
             tokenizer=self.tokenizer,
+            compile=self.compile,
         )
+        if not self.compile_meta:  # the first call: whether decode was compiled, and the first step's wall time
+            self.compile_meta = {"compiled": out.compiled, "first_step_s": round(out.first_step_s, 3)}
+            if out.compiled:
+                log.info("gen.compile: decode compiled; first step (compile) %.1f s", out.first_step_s)
         per_row = (time.perf_counter() - start) / (len(requests) * n)
         kv = {**out.stats, "prefill_s": out.prefill_s, "decode_s": out.decode_s,
-              "sampling_warpers": sampling.warper_names()}
+              "sampling_warpers": sampling.warper_names(), "decode_compiled": out.compiled}
         results = []
         for req, ids, toks, reasons in zip(requests, encoded, out.tokens, out.finish_reasons):
             results.append(

@@ -9,11 +9,13 @@ paper's "pass@1 50.4"). Definitions, per problem i with n_i samples of which c_i
 - ``cons@n`` (n = samples per problem, only when n > 1) = fraction of problems whose majority-voted answer is
   correct. Votes are over canonical predictions ("025", "\\dfrac{50}{2}" and "25" are one vote); samples without a
   prediction do not vote; ties go to the answer reached by the lowest ``sample_idx``;
-- ``answered`` = fraction of rows with a prediction; ``truncated`` = fraction with ``finish_reason == "length"``
-  (such rows are wrong unless a complete ``\\boxed{}`` answer came before the cut);
-- ``thinking_unclosed``: the number of rows whose ``</think>`` never came (``thinking_closed`` False), so the
-  report shows it per method and budget; how such a row is graded depends on ``task.protocol``;
-- ``gen_tokens_mean`` and ``kv_tokens_peak_mean``: means over rows, when those columns are present.
+- ``answered`` = fraction of rows with a prediction.
+
+Rows whose ``</think>`` never came are graded as ``task.protocol`` says (see :mod:`tasks.aime24`); their share
+is ``share_think_unclosed`` in the summary, per method and budget.
+
+Lengths, the share cut by ``max_new_tokens`` and KV figures are added for every task by :mod:`evals.summary`
+(``mean_gen_tokens``, ``share_gen_truncated``, ...), which also scales these fractions to percent (``RATE_UNIT``).
 
 ``group`` is ``"all"`` or ``"exam=2024-I"`` / ``"exam=2024-II"`` (pass@1 and answered per exam).
 """
@@ -32,6 +34,7 @@ log = logging.getLogger(__name__)
 
 KS = (1, 4, 8, 16, 32, 64)
 SUMMARY_COLUMNS = ["metric", "group", "value", "n"]
+RATE_UNIT = "fraction"  # evals.summary scales rates to percent
 
 
 def prediction_key(value: Any) -> str | None:
@@ -46,9 +49,10 @@ def prediction_key(value: Any) -> str | None:
 
 def per_problem(rows: pd.DataFrame) -> pd.DataFrame:
     """One line per problem, in the order problems first appear: ``item_id, exam, answer, n, n_correct, pass@1,
-    majority, majority_votes, cons_correct, answered, truncated, gen_tokens_mean``."""
+    majority, majority_votes, cons_correct, answered, gen_truncated, gen_tokens_mean`` (``gen_truncated``: samples
+    stopped by ``max_new_tokens``)."""
     columns = ["item_id", "exam", "answer", "n", "n_correct", "pass@1", "majority", "majority_votes",
-               "cons_correct", "answered", "truncated", "gen_tokens_mean"]
+               "cons_correct", "answered", "gen_truncated", "gen_tokens_mean"]
     if rows is None or len(rows) == 0:
         return pd.DataFrame(columns=columns)
     _require(rows, ("item_id", "correct", "prediction"))
@@ -75,7 +79,7 @@ def per_problem(rows: pd.DataFrame) -> pd.DataFrame:
             "majority_votes": votes,
             "cons_correct": cons,
             "answered": float(sum(k is not None for k in keys) / len(keys)),
-            "truncated": int((group["finish_reason"] == "length").sum()) if "finish_reason" in group else 0,
+            "gen_truncated": int((group["finish_reason"] == "length").sum()) if "finish_reason" in group else 0,
             "gen_tokens_mean": _mean(group, "gen_tokens"),
         })
     return pd.DataFrame(lines, columns=columns)
@@ -104,14 +108,6 @@ def summarize(rows: pd.DataFrame, *, cfg: Any = None) -> pd.DataFrame:
         add(f"cons@{n_max}", problems["cons_correct"].mean(), n_items)
     answered = rows["prediction"].map(prediction_key).notna()
     add("answered", answered.mean(), len(rows))
-    if "finish_reason" in rows:
-        add("truncated", (rows["finish_reason"] == "length").mean(), len(rows))
-    if "thinking_closed" in rows:  # rows (a count, not a fraction) whose thinking never closed; graded per protocol
-        add("thinking_unclosed", int((rows["thinking_closed"].astype(str).str.lower() == "false").sum()), len(rows))
-    for column in ("gen_tokens", "kv_tokens_peak"):
-        values = pd.to_numeric(rows[column], errors="coerce").dropna() if column in rows else pd.Series([])
-        if len(values):
-            add(f"{column}_mean", values.mean(), len(values))
     if "exam" in rows:
         for exam, group in problems.dropna(subset=["exam"]).groupby("exam", sort=True):
             add("pass@1", group["pass@1"].mean(), len(group), f"exam={exam}")

@@ -21,6 +21,7 @@ from tasks.metrics import pass_at_k
 
 DEFAULT_KS = (1, 2, 4, 5, 8, 10, 16, 32, 64)
 BREAKDOWNS = ("difficulty", "platform")
+RATE_UNIT = "fraction"  # evals.summary scales rates to percent
 
 
 def _groups(rows: pd.DataFrame) -> Iterable[tuple[str, pd.DataFrame]]:

@@ -1,0 +1,53 @@
+"""The memory-bandwidth floor of a decode step: the bytes that must be read per step ÷ the bandwidth measured in the
+same run.
+
+A decode step reads every weight once (the embedding table only for its one row, unless it is tied to the output
+head, which reads it whole) and every KV entry held, for each sequence of the batch. The bandwidth is that of a large
+reduction (``x.sum()`` over ``MiB`` MiB, best of ``reps``), which streams memory as a decode step does.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+MIB = 2**20
+
+
+def measure_bandwidth(device: str, mib: int = 256, reps: int = 5) -> float:
+    """Read bandwidth in bytes/s: the best of ``reps`` sums over a ``mib`` MiB float32 tensor."""
+    x = torch.ones(mib * MIB // 4, dtype=torch.float32, device=device)
+    cuda = device == "cuda"
+    best = float("inf")
+    for _ in range(reps + 1):  # the first pass pages the tensor in
+        if cuda:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        x.sum().item()
+        best = min(best, time.perf_counter() - t0)
+    return x.numel() * 4 / best
+
+
+def weight_bytes(model) -> int:
+    """Bytes of weights one decode step reads: all parameters (tied ones once), the input embedding table only for
+    one row when it is not the output head."""
+    total = sum(p.numel() * p.element_size() for p in model.parameters())  # parameters() yields tied ones once
+    emb = model.get_input_embeddings().weight
+    head = model.get_output_embeddings()
+    if head is None or head.weight is not emb:
+        total -= emb.numel() * emb.element_size() - emb.shape[1] * emb.element_size()
+    return total
+
+
+def kv_bytes_per_token(model) -> int:
+    """K + V bytes of one token in all layers (per sequence)."""
+    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    elem = next(model.parameters()).element_size()
+    return 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * head_dim * elem
+
+
+def floor_bytes(model, kv_tokens: int, batch: int) -> int:
+    """Bytes a decode step must read: the weights + ``kv_tokens`` entries per layer and KV head for each sequence."""
+    return weight_bytes(model) + batch * kv_tokens * kv_bytes_per_token(model)

@@ -1,0 +1,60 @@
+"""Reading run directories: every ``summary.csv`` under a root, one run per directory, with its identity.
+
+Each summary row gets ``run`` (the run directory relative to the root: one directory is one line of a plot and one
+row or cell of a table, whatever its knobs), ``fingerprint`` (from the row or from ``meta.json``) and ``pair_key``:
+the fingerprint of the run's identity without its compression (model, task and data, sampling, backend), which is
+what a compressed run and its full-cache run share (:mod:`evals.report.paired`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+UNCERTAINTY = ("stderr", "ci_lo", "ci_hi")
+
+
+def _meta(run_dir: Path) -> dict:
+    try:
+        return json.loads((run_dir / "meta.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def pair_key(meta: dict) -> str | None:
+    """A hash of the identity in ``meta.json`` less its ``compression``; None when there is no identity."""
+    identity = meta.get("identity")
+    if not isinstance(identity, dict):
+        return None
+    rest = {k: v for k, v in identity.items() if k != "compression"}
+    return hashlib.sha256(json.dumps(rest, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def collect(root: Path) -> pd.DataFrame:
+    """All summary rows under ``root`` (a run directory or a tree of them)."""
+    files = sorted(p for p in root.rglob("summary.csv") if p.name == "summary.csv")
+    if not files:
+        raise ValueError(f"DIR: no summary.csv under {root}")
+    frames = []
+    for path in files:
+        frame = pd.read_csv(path)
+        meta = _meta(path.parent)
+        rel = path.parent.relative_to(root).as_posix()
+        frame["run"] = rel if rel != "." else root.name
+        if "fingerprint" not in frame.columns:
+            frame["fingerprint"] = meta.get("fingerprint")
+        frame["pair_key"] = pair_key(meta)
+        frame["run_dir"] = str(path.parent)
+        frames.append(frame)
+    out = pd.concat(frames, ignore_index=True)
+    for col in UNCERTAINTY:
+        if col not in out.columns:
+            out[col] = np.nan
+    if "unit" not in out.columns:
+        out["unit"] = ""
+    out["unit"] = out["unit"].fillna("")
+    return out

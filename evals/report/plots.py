@@ -1,0 +1,155 @@
+"""Figures per (model, task): the accuracy–memory frontier and the metric against the prompt budget.
+
+- ``frontier__<task>__<model>.png``: the headline metric (95% interval as error bars) against the **measured** KV
+  memory held per sequence (``mean_kv_bytes_peak``, else ``mean_kv_tokens_peak``; log scale), one line per method
+  variant, the full cache as a band (its interval) and a star at its own footprint. Methods are compared at the
+  memory they really hold, not at their nominal budget.
+- ``budget__<task>__<model>.png``: the same metric against ``prompt_budget`` (log scale, plain tick labels), with each
+  line's effective footprint in its legend (``holds ≈ budget + N``: the measured peak minus the budget).
+
+Lines differ in colour, marker and dash; markers are hollow and shrink from line to line, so that lines that
+coincide stay visible on top of each other. Rates are drawn on a fixed 0–100 axis.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#bcbd22"]
+MARKERS = ["o", "s", "^", "D", "v", "P", "X", "<", ">"]
+DASHES = ["-", "--", "-.", ":"]
+
+
+def _human_bytes(x: float, _pos=None) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(x) < 1024 or unit == "TiB":
+            return f"{x:.3g} {unit}"
+        x /= 1024
+    return str(x)
+
+
+def _plain(x: float, _pos=None) -> str:
+    return f"{x:,.0f}" if x >= 1 else f"{x:.2g}"
+
+
+def _style(i: int) -> dict:
+    return {"color": COLORS[i % len(COLORS)], "marker": MARKERS[i % len(MARKERS)],
+            "linestyle": DASHES[i % len(DASHES)], "markersize": max(4.0, 11.0 - 1.5 * i),
+            "markerfacecolor": "none", "markeredgewidth": 1.6, "linewidth": 1.6, "capsize": 3}
+
+
+def _yerr(frame: pd.DataFrame):
+    lo = (frame["value"] - frame["ci_lo"]).clip(lower=0).fillna(0)
+    hi = (frame["ci_hi"] - frame["value"]).clip(lower=0).fillna(0)
+    return [lo.to_numpy(), hi.to_numpy()]
+
+
+def _y_axis(ax, frame: pd.DataFrame) -> None:
+    unit = str(frame["unit"].iloc[0])
+    ax.set_ylabel(f"{frame['metric'].iloc[0]} ({unit})" if unit else str(frame["metric"].iloc[0]))
+    if unit == "%":
+        ax.set_ylim(-4, 104)
+        return
+    values = pd.concat([frame["value"], frame["ci_lo"], frame["ci_hi"]]).dropna()
+    lo, hi = (values.min(), values.max()) if len(values) else (0.0, 1.0)
+    pad = 0.1 * (hi - lo) if hi > lo else max(abs(hi) * 0.1, 1.0)
+    ax.set_ylim(lo - pad, hi + pad)
+
+
+def _full_band(ax, full: pd.DataFrame, x_col: str | None) -> None:
+    for j, (_, row) in enumerate(full.iterrows()):
+        suffix = f" [{row['label']}]" if len(full) > 1 else ""
+        if not math.isnan(row["ci_lo"]) and not math.isnan(row["ci_hi"]):
+            ax.axhspan(row["ci_lo"], row["ci_hi"], color="grey", alpha=0.18, lw=0)
+        label = f"full cache{suffix}: {row['value']:.3g} (band: 95% CI)"
+        ax.axhline(row["value"], color="black", linestyle=(0, (4, 2)), linewidth=1.2, label=label)
+        if x_col is not None and not math.isnan(row[x_col]):
+            ax.plot([row[x_col]], [row["value"]], marker="*", markersize=14, color="black", linestyle="none")
+
+
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return path
+
+
+def frontier(frame: pd.DataFrame, path: Path, plt) -> Path | None:
+    """Metric vs measured KV memory per sequence for one (model, task); None when no run measured its memory."""
+    x_col = "mean_kv_bytes_peak" if frame["mean_kv_bytes_peak"].notna().any() else "mean_kv_tokens_peak"
+    if not frame[x_col].notna().any():
+        return None
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
+
+    fig, ax = plt.subplots(figsize=(8.5, 4.5))
+    _full_band(ax, frame[frame["method"] == "none"], x_col)
+    compressed = frame[(frame["method"] != "none") & frame[x_col].notna()]
+    for i, (label, line) in enumerate(compressed.groupby("label", sort=True)):
+        line = line.sort_values(x_col)
+        ax.errorbar(line[x_col], line["value"], yerr=_yerr(line), label=label, zorder=3 + i, **_style(i))
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(LogLocator(base=2))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_major_formatter(FuncFormatter(_human_bytes if x_col.endswith("bytes_peak") else _plain))
+    ax.margins(x=0.08)
+    what = "bytes, all layers" if x_col.endswith("bytes_peak") else "tokens per layer and KV head"
+    ax.set_xlabel(f"KV cache held per sequence (measured peak, {what}; log scale; ★ full cache)")
+    _y_axis(ax, frame)
+    model, task = frame["model"].iloc[0], frame["task"].iloc[0]
+    ax.set_title(f"{task} · {model}: accuracy–memory frontier")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    path = _save(fig, path)
+    plt.close(fig)
+    return path
+
+
+def by_budget(frame: pd.DataFrame, path: Path, plt) -> Path | None:
+    """Metric vs ``prompt_budget`` for one (model, task); None when no compressed run has a budget."""
+    compressed = frame[(frame["method"] != "none") & frame["prompt_budget"].notna()]
+    if compressed.empty:
+        return None
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    fig, ax = plt.subplots(figsize=(8.5, 4.5))
+    _full_band(ax, frame[frame["method"] == "none"], None)
+    for i, (label, line) in enumerate(compressed.groupby("label", sort=True)):
+        line = line.sort_values("prompt_budget")
+        extra = (line["mean_kv_tokens_peak"] - line["prompt_budget"]).dropna()
+        held = f"holds ≈ budget {'+' if extra.median() >= 0 else '−'} {abs(extra.median()):.0f} tokens" if len(
+            extra) else "footprint not measured"
+        ax.errorbar(line["prompt_budget"], line["value"], yerr=_yerr(line), label=f"{label}: {held}",
+                    zorder=3 + i, **_style(i))
+    budgets = sorted(compressed["prompt_budget"].unique())
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(FixedLocator(budgets))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_major_formatter(FuncFormatter(_plain))
+    ax.set_xlim(budgets[0] / 1.3, budgets[-1] * 1.3)
+    ax.set_xlabel("prompt_budget (prompt KV entries kept per layer and KV head; log scale)")
+    _y_axis(ax, frame)
+    ax.set_title(f"{frame['task'].iloc[0]} · {frame['model'].iloc[0]}: metric vs budget")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    path = _save(fig, path)
+    plt.close(fig)
+    return path
+
+
+def plot(head: pd.DataFrame, out_dir: Path) -> list[Path]:
+    """Both figures for every (model, task) of ``head`` (:func:`evals.report.tables.headline`) under ``out_dir``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for (task, model), frame in head.groupby(["task", "model"], sort=False):
+        for kind, draw in (("frontier", frontier), ("budget", by_budget)):
+            path = draw(frame, out_dir / f"{kind}__{task}__{model}.png", plt)
+            if path is not None:
+                paths.append(path)
+    return paths

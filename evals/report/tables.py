@@ -1,0 +1,212 @@
+"""The report's tables: one headline row per run, the method × budget pivot with ± and Δ vs the full cache, the
+behaviour table that explains a drop, and per-benchmark breakdowns. Cells are strings: a dash where a value does
+not apply, never ``nan``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from evals.summary import IDENTITY_EXTRA
+
+VARIANT_KNOBS = ["window", "kernel", "pooling", "gqa_agg", "sinks", "recent", "positions"]
+BEHAVIOUR = {  # summary metric -> column title
+    "mean_gen_tokens": "gen tokens (mean)",
+    "share_gen_truncated": "cut at max_new_tokens (%)",
+    "share_think_unclosed": "</think> never closed (%)",
+    "share_prompt_truncated": "prompt cut (%)",
+    "mean_kv_tokens_peak": "KV tokens held (mean peak)",
+    "mean_kv_bytes_peak": "KV bytes held (mean peak)",
+}
+DASH = "—"
+
+
+def primary_metric(task: str, frame: pd.DataFrame) -> str:
+    """The task module's ``PRIMARY_METRIC``, else the first metric it reports."""
+    metrics = list(dict.fromkeys(frame["metric"]))
+    metric = getattr(_task(task), "PRIMARY_METRIC", None)
+    return metric if metric in metrics else metrics[0]
+
+
+def report_metrics(task: str, frame: pd.DataFrame) -> list[str]:
+    """The task's ``REPORT_METRICS`` that it reported (needle: accuracy and key_prefix), else its primary metric."""
+    present = set(frame["metric"])
+    wanted = [m for m in getattr(_task(task), "REPORT_METRICS", ()) if m in present]
+    return wanted or [primary_metric(task, frame)]
+
+
+def _task(name: str):
+    try:
+        from tasks import get_task
+
+        return get_task(name)
+    except (ValueError, ImportError, TypeError):
+        return None
+
+
+def fmt(value, unit: str = "") -> str:
+    """A number for a table: a dash for missing, integers plain, percent with one decimal, else 4 significant."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return DASH
+    if isinstance(value, str):
+        return value
+    value = float(value)
+    if unit == "%":
+        return f"{value:.1f}"
+    if value.is_integer() and abs(value) < 1e15:
+        return f"{int(value):,}" if unit in ("tokens", "bytes") else str(int(value))
+    return f"{value:.4g}"
+
+
+def _label_knobs(method: str) -> list[str]:
+    """Knobs that tell lines of one method apart (StreamingLLM's ``recent`` follows its budget)."""
+    return [k for k in VARIANT_KNOBS if not (method == "streaming_llm" and k == "recent")]
+
+
+def assign_labels(head: pd.DataFrame) -> pd.Series:
+    """A label per run that tells apart every two runs of one (model, task) that would share a line or a cell:
+    the method, then its knobs that vary, then (if two runs still collide) the run's fingerprint or directory."""
+    labels = pd.Series("", index=head.index, dtype=object)
+    for _, frame in head.groupby(["model", "task"], sort=False):
+        for method, part in frame.groupby("method", sort=False):
+            varying = [k for k in _label_knobs(method) if part[k].nunique(dropna=False) > 1]
+            for idx, row in part.iterrows():
+                extra = ", ".join(f"{k}={fmt(row[k])}" for k in varying)
+                labels[idx] = f"{method} ({extra})" if extra else str(method)
+        budget = frame["prompt_budget"].astype(str)
+        for _, clash in frame.groupby([labels[frame.index], budget], sort=False, dropna=False):  # full cache: NaN
+            if len(clash) > 1:
+                for idx, tag in _tags(clash).items():
+                    labels[idx] += f" [{tag}]"
+    return labels
+
+
+def _tags(runs: pd.DataFrame) -> pd.Series:
+    """The shortest fingerprint prefix (8 characters or more) that tells ``runs`` apart, else their directories."""
+    fps = runs["fingerprint"]
+    if fps.map(lambda f: isinstance(f, str) and bool(f)).all():
+        for width in (8, 12, 16, 24, None):
+            tags = fps.map(lambda f, w=width: f[:w])
+            if tags.is_unique:
+                return tags
+    return runs["run"].astype(str)
+
+
+def headline(summary: pd.DataFrame) -> pd.DataFrame:
+    """One row per run: its task's primary metric on the whole set (with ``stderr``, ``ci_lo``, ``ci_hi``, ``unit``),
+    the run's knobs, its behaviour figures and a ``label`` unique within its (model, task)."""
+    rows = []
+    for task, frame in summary.groupby("task", sort=False):
+        metric = primary_metric(task, frame)
+        rows.append(frame[(frame["metric"] == metric) & (frame["group"] == "all")])
+    out = pd.concat(rows, ignore_index=True)
+    cols = ["model", "task", "method", "prompt_budget", "recent", *[k for k in IDENTITY_EXTRA if k != "run_id"]]
+    keep = [*cols, "metric", "value", "stderr", "ci_lo", "ci_hi", "unit", "n", "run_id", "run", "run_dir",
+            "fingerprint", "pair_key"]
+    out = out[keep].drop_duplicates("run")
+    extra = summary[(summary["group"] == "all") & summary["metric"].isin(BEHAVIOUR)]
+    wide = extra.pivot_table(index="run", columns="metric", values="value", aggfunc="first")
+    out = out.join(wide, on="run")
+    for metric in BEHAVIOUR:
+        if metric not in out.columns:
+            out[metric] = math.nan
+    out = out.sort_values(["model", "task", "method", "prompt_budget", "run"], na_position="first")
+    out = out.reset_index(drop=True)
+    out["label"] = assign_labels(out)
+    return out
+
+
+def _cell(value, stderr, unit: str) -> str:
+    text = fmt(value, unit)
+    return text if text == DASH or fmt(stderr, unit) == DASH else f"{text} ± {fmt(stderr, unit)}"
+
+
+def _delta_cell(d: pd.Series | None, unit: str) -> str:
+    if d is None or pd.isna(d["delta"]):
+        return ""
+    p = d["p_value"]
+    ptext = DASH if pd.isna(p) else ("<0.001" if p < 0.001 else f"{p:.2f}")
+    return f" (Δ {float(d['delta']):+.1f}, p {ptext})" if unit == "%" else f" (Δ {float(d['delta']):+.3g}, p {ptext})"
+
+
+def pivots(summary: pd.DataFrame, head: pd.DataFrame, deltas: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """Per (model, task) and report metric: rows = method variant, columns = ``full`` and each prompt budget; a
+    cell is ``value ± stderr`` and, for the primary metric, ``(Δ vs full cache, paired p-value)``."""
+    by_run = deltas.set_index("run") if len(deltas) else None
+    tables = []
+    for (model, task), frame in head.groupby(["model", "task"], sort=False):
+        runs = frame.set_index("run")
+        part = summary[(summary["run"].isin(runs.index)) & (summary["group"] == "all")]
+        for metric in report_metrics(task, part):
+            values = part[part["metric"] == metric].drop_duplicates("run").set_index("run")
+            unit = str(values["unit"].iloc[0]) if len(values) else ""
+            budgets = sorted({int(b) for b in runs["prompt_budget"].dropna()})
+            columns = ["method", "full", *[str(b) for b in budgets]]
+            lines: dict[str, dict[str, str]] = {}
+            for run, info in runs.iterrows():
+                if run not in values.index:
+                    continue
+                v = values.loc[run]
+                col = "full" if info["method"] == "none" or pd.isna(info["prompt_budget"]) else str(
+                    int(info["prompt_budget"]))
+                line = lines.setdefault(info["label"], {c: DASH for c in columns} | {"method": info["label"]})
+                if line[col] != DASH:
+                    raise AssertionError(f"report: two runs in one cell ({info['label']}, {col})")
+                d = by_run.loc[run] if by_run is not None and metric == info["metric"] and run in by_run.index else None
+                line[col] = _cell(v["value"], v["stderr"], unit) + _delta_cell(d, unit)
+            table = pd.DataFrame(list(lines.values()), columns=columns)
+            if (table["full"] == DASH).all():
+                table = table.drop(columns=["full"])
+            unit_text = f" ({unit})" if unit else ""
+            tables.append((f"{task} · {model}: {metric}{unit_text}, ± standard error", table))
+    return tables
+
+
+def behaviour_table(head: pd.DataFrame, deltas: pd.DataFrame) -> pd.DataFrame:
+    """One row per run: the headline with its 95% interval, Δ vs the full cache with its interval and p-value, and
+    the behaviour columns."""
+    table = head.merge(deltas, on="run", how="left") if len(deltas) else head.assign(
+        delta=math.nan, delta_ci_lo=math.nan, delta_ci_hi=math.nan, p_value=math.nan)
+    out = pd.DataFrame({
+        "model": table["model"], "task": table["task"], "method": table["label"],
+        "budget": table["prompt_budget"].map(fmt),
+        "metric": table["metric"] + table["unit"].map(lambda u: f" ({u})" if u else ""),
+        "value [95% CI]": [
+            fmt(v, u) if pd.isna(lo) else f"{fmt(v, u)} [{fmt(lo, u)}, {fmt(hi, u)}]"
+            for v, lo, hi, u in zip(table["value"], table["ci_lo"], table["ci_hi"], table["unit"])],
+        "n": table["n"].map(fmt),
+        "Δ vs full [95% CI]": [
+            DASH if pd.isna(d) else (f"{d:+.1f} [{lo:+.1f}, {hi:+.1f}]" if u == "%"
+                                     else f"{d:+.3g} [{lo:+.3g}, {hi:+.3g}]")
+            for d, lo, hi, u in zip(table["delta"], table["delta_ci_lo"], table["delta_ci_hi"], table["unit"])],
+        "p": table["p_value"].map(lambda p: DASH if pd.isna(p) else ("<0.001" if p < 0.001 else f"{p:.3f}")),
+    })
+    units = {"mean_gen_tokens": "tokens", "mean_kv_tokens_peak": "tokens", "mean_kv_bytes_peak": "bytes"}
+    for metric, title in BEHAVIOUR.items():
+        if table[metric].notna().any():
+            out[title] = table[metric].map(lambda v, u=units.get(metric, "%"): fmt(v, u))
+    return out
+
+
+def breakdown_tables(summary: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """Per task and metric with groups (LongBench-v2 difficulty/length/domain, LCB difficulty, needle depth, AIME
+    exam): one row per run (its knobs that vary), one column per group, ``value ± stderr``."""
+    tables = []
+    for (task, metric), frame in summary.groupby(["task", "metric"], sort=False):
+        if metric.startswith("mean_") or frame["group"].nunique() < 2:
+            continue
+        knobs = [k for k in VARIANT_KNOBS if k != "recent" and frame[k].nunique() > 1]
+        keys = ["model", "method", "prompt_budget", "recent", *knobs]
+        runs = frame.drop_duplicates("run").set_index("run")[keys]
+        unit = str(frame["unit"].iloc[0]) if "unit" in frame else ""
+        frame = frame.assign(cell=[_cell(v, s, unit) for v, s in zip(frame["value"], frame["stderr"])])
+        wide = frame.pivot_table(index="run", columns="group", values="cell", aggfunc="first", sort=False)
+        groups = [*[g for g in wide.columns if g == "all"], *[g for g in wide.columns if g != "all"]]
+        table = runs.join(wide[groups]).sort_values(keys, na_position="first").reset_index(drop=True)
+        for key in keys:
+            table[key] = table[key].map(fmt)
+        unit_text = f" ({unit})" if unit else ""
+        tables.append((f"{task}: {metric}{unit_text} by group, ± standard error", table.fillna(DASH)))
+    return tables

@@ -1,0 +1,122 @@
+"""The compiled static-shape decode (``gen.compile``): same greedy tokens as the eager path for every method, with
+left-padded batches and n samples from one prefill, and one graph for every decode step and prompt length.
+
+Most tests trace with dynamo's ``eager`` backend (the same graph capture, no code generation: seconds); the inductor
+test compiles for real (a minute on 2 cores) and is marked slow.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch._dynamo.testing import CompileCounter
+
+import snapstream_core as ss
+from snapstream_core.generate import SamplingConfig, generate
+from snapstream_core.static_decode import resolve_compile
+
+METHODS = [
+    ss.NoCompression(),
+    ss.SnapKV(prompt_budget=64),
+    ss.StreamingLLM(sinks=4, recent=28),
+    ss.SnapStream(prompt_budget=64, recent=8),
+]
+IDS = [m.method for m in METHODS]
+
+
+def prompts(lengths, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randint(1, 1000, (n,), generator=gen).tolist() for n in lengths]
+
+
+def run(model, ps, method, new, n=1, compile=False, backend="eager", **sampling):
+    return generate(
+        model,
+        ps,
+        method,
+        SamplingConfig(max_new_tokens=new, n=n, **sampling),
+        eos_token_ids=[],
+        pad_token_id=0,
+        compile=compile,
+        compile_backend=backend,
+    )
+
+
+@pytest.mark.parametrize(
+    "method,impl", [(m, "sdpa") for m in METHODS] + [(METHODS[-1], "eager")], ids=[*IDS, "snapstream-eager"]
+)
+def test_compiled_greedy_tokens_equal_eager_on_tiny_llama(tiny_model, method, impl):
+    tiny_model.set_attn_implementation(impl)
+    ps = prompts((300, 120, 40))  # left padding; the rings wrap (24 new tokens > recent 8; streaming_llm's is full)
+    eager = run(tiny_model, ps, method, 24, n=2)
+    compiled = run(tiny_model, ps, method, 24, n=2, compile=True)
+    tiny_model.set_attn_implementation("sdpa")
+    assert compiled.compiled and not eager.compiled
+    assert compiled.tokens == eager.tokens
+    assert compiled.stats["kv_tokens_peak"] == eager.stats["kv_tokens_peak"]
+
+
+@pytest.mark.parametrize("method", METHODS, ids=IDS)
+def test_one_graph_for_every_decode_step_and_prompt_length(tiny_model, method):
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    for lengths in ((300, 120), (90, 200), (70, 30)):  # padded lengths 300, 200, 70 (shorter than the budget)
+        run(tiny_model, prompts(lengths), method, 12, compile=True, backend=counter)
+    assert counter.frame_count == 1  # 3 prompts x 11 decode steps, one capture
+    torch._dynamo.reset()
+
+
+@pytest.mark.slow
+def test_compiled_greedy_tokens_equal_eager_on_smollm2(smollm2):
+    model, tok = smollm2
+    texts = ["The lighthouse keeper found a bottle on the shore. " * 12, "Count: one, two, three, four,"]
+    ps = [tok(t)["input_ids"] for t in texts]
+    for method in (ss.NoCompression(), ss.SnapKV(prompt_budget=48), ss.StreamingLLM(sinks=4, recent=28),
+                   ss.SnapStream(prompt_budget=48, recent=8)):
+        eager = run(model, ps, method, 14, n=2)
+        compiled = run(model, ps, method, 14, n=2, compile=True)
+        assert compiled.tokens == eager.tokens, method
+
+
+@pytest.mark.slow
+def test_inductor_compiled_tokens_equal_eager(tiny_model):
+    ps = prompts((200, 90))
+    method = ss.SnapStream(prompt_budget=64, recent=8)
+    eager = run(tiny_model, ps, method, 20, n=2)
+    compiled = run(tiny_model, ps, method, 20, n=2, compile=True, backend="inductor")
+    assert compiled.tokens == eager.tokens
+    assert compiled.first_step_s > 0
+
+
+def test_sampled_compiled_decode_respects_the_footprint(tiny_model):
+    torch.manual_seed(0)
+    out = run(tiny_model, prompts((150,)), ss.SnapStream(prompt_budget=64, recent=8), 12, n=4, compile=True,
+              temperature=1.0, top_p=0.95)
+    assert all(len(t) == 12 for t in out.tokens[0])
+    assert len({tuple(t) for t in out.tokens[0]}) > 1
+    assert out.stats["kv_tokens_peak"] == 64 + 8
+
+
+def test_eos_ends_compiled_decode_with_the_eager_cut(tiny_model):
+    ps = prompts((40,), seed=7)
+    free = run(tiny_model, ps, ss.NoCompression(), 10)
+    eos = free.tokens[0][0][3]
+    kw = dict(eos_token_ids=[eos], pad_token_id=0)
+    eager = generate(tiny_model, ps, ss.NoCompression(), SamplingConfig(max_new_tokens=10), compile=False, **kw)
+    compiled = generate(tiny_model, ps, ss.NoCompression(), SamplingConfig(max_new_tokens=10), compile=True,
+                        compile_backend="eager", **kw)
+    assert compiled.tokens == eager.tokens and compiled.finish_reasons == eager.finish_reasons == [["stop"]]
+
+
+def test_the_compile_knob_is_checked():
+    assert resolve_compile("auto", torch.device("cpu")) is False
+    assert resolve_compile("auto", torch.device("cuda")) is True
+    assert resolve_compile(True, torch.device("cpu")) is True
+    with pytest.raises(ValueError, match="gen.compile"):
+        resolve_compile("yes", torch.device("cpu"))
+
+
+def test_in_cache_positions_refuse_an_explicit_compile(tiny_model):
+    with pytest.raises(ValueError, match="gen.compile"):
+        run(tiny_model, prompts((50,)), ss.SnapStream(prompt_budget=40, recent=8, positions="in_cache"), 4,
+            compile=True)

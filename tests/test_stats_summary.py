@@ -1,0 +1,81 @@
+"""evals.summary's uncertainty columns on a toy task with known per-item outcomes: item-level bootstrap (samples
+stay with their item), percent units, and lm-eval's own standard errors moved into the stderr column."""
+
+from __future__ import annotations
+
+import math
+import types
+
+import pandas as pd
+import pytest
+from omegaconf import OmegaConf
+
+from evals.summary import fold_own_stderr, with_uncertainty
+
+CFG = OmegaConf.create({"task": {}, "model": {"thinking": False}})
+
+
+def toy_task(unit: str) -> types.ModuleType:
+    """A task whose one metric is the mean over items of the per-item mean of ``correct`` (as pass@1)."""
+    module = types.ModuleType(f"toy_{unit}")
+    module.RATE_UNIT = unit
+    scale = 1.0 if unit == "fraction" else 100.0
+
+    def summarize(rows: pd.DataFrame, *, cfg=None) -> pd.DataFrame:
+        per_item = rows.groupby("item_id")["correct"].mean()
+        return pd.DataFrame([{"metric": "pass@1", "group": "all", "value": scale * per_item.mean(),
+                              "n": len(per_item)}])
+
+    module.summarize = summarize
+    return module
+
+
+def rows(per_item: dict[str, list[int]]) -> pd.DataFrame:
+    return pd.DataFrame([{"item_id": item, "sample_idx": i, "correct": c, "gen_tokens": 10 * (c + 1),
+                          "finish_reason": "length" if c == 0 else "stop", "truncated": False}
+                         for item, samples in per_item.items() for i, c in enumerate(samples)])
+
+
+def metric(frame: pd.DataFrame, name: str) -> pd.Series:
+    [row] = [r for _, r in frame.iterrows() if r["metric"] == name]
+    return row
+
+
+def test_resamples_items_with_their_samples_and_reports_percent():
+    # items A (both samples right) and B (both wrong): a resample of 2 items has mean 0, 50 or 100 with probabilities
+    # 1/4, 1/2, 1/4, so the bootstrap stderr is sqrt(1/8) * 100 = 35.4 and the interval [0, 100]; resampling the
+    # 4 samples instead would give sqrt(1/16) * 100 = 25
+    out = with_uncertainty(toy_task("fraction"), rows({"A": [1, 1], "B": [0, 0]}), CFG, iters=1000)
+    p = metric(out, "pass@1")
+    assert (p["value"], p["unit"], p["n"]) == (50.0, "%", 2)  # the fraction 0.5 scaled to percent
+    assert p["stderr"] == pytest.approx(100 * math.sqrt(1 / 8), abs=3.0)
+    assert (p["ci_lo"], p["ci_hi"]) == (0.0, 100.0)
+    cut = metric(out, "share_gen_truncated")
+    assert (cut["value"], cut["unit"], cut["n"]) == (50.0, "%", 4)
+    tokens = metric(out, "mean_gen_tokens")
+    assert (tokens["value"], tokens["unit"]) == (15.0, "tokens")
+    assert metric(out, "share_prompt_truncated")["value"] == 0.0
+    assert "share_think_unclosed" not in set(out["metric"])  # not a thinking model
+
+
+def test_a_constant_outcome_has_zero_spread_and_one_item_has_none():
+    same = metric(with_uncertainty(toy_task("percent"), rows({"A": [1], "B": [1], "C": [1]}), CFG), "pass@1")
+    assert (same["value"], same["stderr"], same["ci_lo"], same["ci_hi"]) == (100.0, 0.0, 100.0, 100.0)
+    one = metric(with_uncertainty(toy_task("percent"), rows({"A": [1, 0]}), CFG), "pass@1")
+    assert one["value"] == 50.0 and math.isnan(one["stderr"]) and math.isnan(one["ci_lo"])
+
+
+def test_same_seed_same_numbers():
+    data = rows({k: [int(k in "ACE")] for k in "ABCDEF"})
+    a = with_uncertainty(toy_task("percent"), data, CFG)
+    pd.testing.assert_frame_equal(a, with_uncertainty(toy_task("percent"), data, CFG))
+
+
+def test_lm_eval_stderr_rows_become_the_stderr_column():
+    point = pd.DataFrame({"metric": ["exact_match,digits", "exact_match_stderr,digits"], "group": ["all", "all"],
+                          "value": [0.5, 0.25], "n": [4, 4]})
+    out = fold_own_stderr(point)
+    assert out["metric"].tolist() == ["exact_match,digits"]
+    row = out.iloc[0]
+    assert row["stderr"] == 0.25 and row["ci_lo"] == pytest.approx(0.5 - 1.96 * 0.25, abs=1e-3)
+    assert row["ci_hi"] == pytest.approx(0.5 + 1.96 * 0.25, abs=1e-3) and row["unit"] == ""
