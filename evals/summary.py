@@ -32,19 +32,26 @@ import numpy as np
 import pandas as pd
 
 from evals.stats import SEED, from_replicates, resample_indices
+from snapstream_core.methods import knob_names
 from snapstream_core.methods.base import CompressionMethod
+from tasks.protocol import hook
 
 log = logging.getLogger(__name__)
 
 SUMMARY_COLUMNS = ["model", "task", "method", "prompt_budget", "recent", "metric", "group", "value", "n"]
 UNCERTAINTY_COLUMNS = ["stderr", "ci_lo", "ci_hi", "unit"]
-IDENTITY_EXTRA = ["window", "kernel", "pooling", "gqa_agg", "sinks", "positions", "run_id"]
 RUN_COLUMNS = ["fingerprint"]  # the run's identity hash (evals/identity.py), last, so the report can group by run
 FROM_ROWS = ("run_id", "fingerprint")  # one value per run: taken from its rows
 COST_UNITS = {"gen_tokens": "tokens", "kv_tokens_peak": "tokens", "kv_bytes_peak": "bytes", "latency_s": "s"}
 RATE = re.compile(r"^(accuracy|compensated|answered|key_prefix|pass@\d+|cons@\d+|share_\w+)$")
 BOOTSTRAP_ITERS = 200
 Z95 = 1.959963984540054
+
+
+def identity_extra() -> list[str]:
+    """The method knobs beyond ``prompt_budget`` and ``recent``, from the method dataclasses (a new method's knobs get
+    columns with no edit here), then ``run_id``."""
+    return [k for k in knob_names() if k not in SUMMARY_COLUMNS] + ["run_id"]
 
 
 def _rate_unit(task: ModuleType) -> str:
@@ -141,7 +148,7 @@ def with_uncertainty(task: ModuleType, rows: pd.DataFrame, cfg, *, iters: int = 
                      seed: int = SEED) -> pd.DataFrame:
     """:func:`metric_rows` plus ``stderr, ci_lo, ci_hi, unit`` (NaN where a value has no spread to estimate)."""
     point = metric_rows(task, rows, cfg).reset_index(drop=True)
-    if getattr(task, "REPORTS_STDERR", False):
+    if hook(task, "REPORTS_STDERR"):
         return fold_own_stderr(point)
     keys = list(zip(point["metric"], point["group"]))
     n_items, take = item_resampler(rows)
@@ -188,9 +195,10 @@ def summarize(task, rows: pd.DataFrame, cfg, method: CompressionMethod) -> pd.Da
     }
     for key, value in ident.items():
         out[key] = value
-    for key in IDENTITY_EXTRA + RUN_COLUMNS:
+    extra = identity_extra()
+    for key in extra + RUN_COLUMNS:
         if key in FROM_ROWS:
             out[key] = rows[key].iloc[0] if len(rows) and key in rows.columns else None
         else:
             out[key] = knobs.get(key)
-    return out[SUMMARY_COLUMNS + UNCERTAINTY_COLUMNS + IDENTITY_EXTRA + RUN_COLUMNS]
+    return out[SUMMARY_COLUMNS + UNCERTAINTY_COLUMNS + extra + RUN_COLUMNS]

@@ -8,13 +8,24 @@ Depends on torch and transformers only. Typical use with plain ``generate``::
     cache = ss.make_cache(model, method)   # one cache per generate call
     out = model.generate(**inputs, past_key_values=cache, max_new_tokens=256)
     cache.stats.as_row()                   # kv_tokens_peak, kv_bytes_peak, ...
+
+Batches and n samples from one prefill: ``snapstream_core.generate.generate(model, prompts, method,
+ss.SamplingConfig(...), ...)`` (the submodule ``snapstream_core.generate`` is not shadowed by a function).
 """
 
 from snapstream_core.api import compression_from_config, make_cache
 from snapstream_core.attention import attach, register
 from snapstream_core.cache import CompressedCache
-from snapstream_core.generate import GenerationOutput, generate
-from snapstream_core.methods import METHODS, CompressionMethod, NoCompression, SnapKV, SnapStream, StreamingLLM
+from snapstream_core.generate import GenerationOutput, SamplingConfig
+from snapstream_core.methods import (
+    METHODS,
+    CompressionMethod,
+    NoCompression,
+    SnapKV,
+    SnapStream,
+    StreamingLLM,
+    knob_names,
+)
 from snapstream_core.selection import keep_indices, snapkv_scores
 
 __all__ = [
@@ -23,13 +34,14 @@ __all__ = [
     "CompressionMethod",
     "GenerationOutput",
     "NoCompression",
+    "SamplingConfig",
     "SnapKV",
     "SnapStream",
     "StreamingLLM",
     "attach",
     "compression_from_config",
-    "generate",
     "keep_indices",
+    "knob_names",
     "make_cache",
     "register",
     "snapkv_scores",

@@ -63,6 +63,12 @@ OPTIONAL_HOOKS: dict[str, str] = {
     "per_problem": "per_problem(rows) -> DataFrame: a per-item table the report adds (AIME).",
     "PRIMARY_METRIC": "PRIMARY_METRIC: str | None: the metric the report plots. Without it (or None): the first "
                       "metric summarize() reports.",
+    "REPORT_METRICS": "REPORT_METRICS: tuple[str, ...]: the metrics the report tabulates by method and budget "
+                      "(needle: accuracy and key_prefix). Without it: the primary metric.",
+    "RATE_UNIT": "RATE_UNIT: 'percent' | 'fraction': how summarize() returns rates (on the task module or its "
+                 "summary submodule); evals.summary scales fractions to percent. Without it: percent.",
+    "REPORTS_STDERR": "REPORTS_STDERR: bool: summarize() reports its own standard errors (lm-eval), so no bootstrap "
+                      "is run. Without it: False.",
 }
 
 

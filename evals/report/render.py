@@ -15,6 +15,7 @@ from evals.report.load import collect
 from evals.report.paired import paired_deltas
 from evals.report.plots import plot
 from evals.report.tables import behaviour_table, breakdown_tables, headline, pivots
+from tasks.protocol import hook
 
 log = logging.getLogger("evals.report")
 
@@ -35,7 +36,7 @@ def _per_problem_tables(head: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
             task = get_task(str(run["task"]))
         except (ValueError, ImportError):
             continue
-        if hasattr(task, "per_problem") and samples.is_file():
+        if hook(task, "per_problem") is not None and samples.is_file():
             rows = pd.read_csv(samples)
             if len(rows):
                 tables.append((f"Per problem: {run['label']} @ {run['prompt_budget']} ({run['run']})",

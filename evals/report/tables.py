@@ -9,9 +9,9 @@ import math
 
 import pandas as pd
 
-from evals.summary import IDENTITY_EXTRA
-
-VARIANT_KNOBS = ["window", "kernel", "pooling", "gqa_agg", "sinks", "recent", "positions"]
+from evals.summary import identity_extra
+from snapstream_core.methods import knob_names
+from tasks.protocol import hook
 BEHAVIOUR = {  # summary metric -> column title
     "mean_gen_tokens": "gen tokens (mean)",
     "share_gen_truncated": "cut at max_new_tokens (%)",
@@ -23,17 +23,23 @@ BEHAVIOUR = {  # summary metric -> column title
 DASH = "—"
 
 
+def variant_knobs(frame: pd.DataFrame) -> list[str]:
+    """The method knobs (from the method dataclasses) that can tell lines of one method apart: all but the budget,
+    which is the x axis / column, and only those the summaries have."""
+    return [k for k in knob_names() if k != "prompt_budget" and k in frame.columns]
+
+
 def primary_metric(task: str, frame: pd.DataFrame) -> str:
     """The task module's ``PRIMARY_METRIC``, else the first metric it reports."""
     metrics = list(dict.fromkeys(frame["metric"]))
-    metric = getattr(_task(task), "PRIMARY_METRIC", None)
+    metric = hook(_task(task), "PRIMARY_METRIC")
     return metric if metric in metrics else metrics[0]
 
 
 def report_metrics(task: str, frame: pd.DataFrame) -> list[str]:
     """The task's ``REPORT_METRICS`` that it reported (needle: accuracy and key_prefix), else its primary metric."""
     present = set(frame["metric"])
-    wanted = [m for m in getattr(_task(task), "REPORT_METRICS", ()) if m in present]
+    wanted = [m for m in hook(_task(task), "REPORT_METRICS") or () if m in present]
     return wanted or [primary_metric(task, frame)]
 
 
@@ -60,9 +66,9 @@ def fmt(value, unit: str = "") -> str:
     return f"{value:.4g}"
 
 
-def _label_knobs(method: str) -> list[str]:
+def _label_knobs(method: str, frame: pd.DataFrame) -> list[str]:
     """Knobs that tell lines of one method apart (StreamingLLM's ``recent`` follows its budget)."""
-    return [k for k in VARIANT_KNOBS if not (method == "streaming_llm" and k == "recent")]
+    return [k for k in variant_knobs(frame) if not (method == "streaming_llm" and k == "recent")]
 
 
 def assign_labels(head: pd.DataFrame) -> pd.Series:
@@ -71,7 +77,7 @@ def assign_labels(head: pd.DataFrame) -> pd.Series:
     labels = pd.Series("", index=head.index, dtype=object)
     for _, frame in head.groupby(["model", "task"], sort=False):
         for method, part in frame.groupby("method", sort=False):
-            varying = [k for k in _label_knobs(method) if part[k].nunique(dropna=False) > 1]
+            varying = [k for k in _label_knobs(method, part) if part[k].nunique(dropna=False) > 1]
             for idx, row in part.iterrows():
                 extra = ", ".join(f"{k}={fmt(row[k])}" for k in varying)
                 labels[idx] = f"{method} ({extra})" if extra else str(method)
@@ -102,7 +108,8 @@ def headline(summary: pd.DataFrame) -> pd.DataFrame:
         metric = primary_metric(task, frame)
         rows.append(frame[(frame["metric"] == metric) & (frame["group"] == "all")])
     out = pd.concat(rows, ignore_index=True)
-    cols = ["model", "task", "method", "prompt_budget", "recent", *[k for k in IDENTITY_EXTRA if k != "run_id"]]
+    knobs = [k for k in identity_extra() if k != "run_id" and k in out.columns]
+    cols = ["model", "task", "method", "prompt_budget", "recent", *knobs]
     keep = [*cols, "metric", "value", "stderr", "ci_lo", "ci_hi", "unit", "n", "run_id", "run", "run_dir",
             "fingerprint", "pair_key"]
     out = out[keep].drop_duplicates("run")
@@ -197,7 +204,7 @@ def breakdown_tables(summary: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     for (task, metric), frame in summary.groupby(["task", "metric"], sort=False):
         if metric.startswith("mean_") or frame["group"].nunique() < 2:
             continue
-        knobs = [k for k in VARIANT_KNOBS if k != "recent" and frame[k].nunique() > 1]
+        knobs = [k for k in variant_knobs(frame) if k != "recent" and frame[k].nunique() > 1]
         keys = ["model", "method", "prompt_budget", "recent", *knobs]
         runs = frame.drop_duplicates("run").set_index("run")[keys]
         unit = str(frame["unit"].iloc[0]) if "unit" in frame else ""
