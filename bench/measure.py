@@ -131,7 +131,10 @@ def prefill(model, prompts, case: Case, cfg: BenchConfig) -> Running:
     T = ids.shape[-1]
     ss.register()
     _use(model, attention_name(case))
-    cache = DynamicCache(config=model.config) if case.method == PLAIN else ss.make_cache(model, build_method(case.method, cfg))
+    if case.method == PLAIN:
+        cache = DynamicCache(config=model.config)
+    else:
+        cache = ss.make_cache(model, build_method(case.method, cfg))
     probe = MemoryProbe(cfg.device)
     probe.reset()
     t0 = _now(cuda)

@@ -126,7 +126,9 @@ def must_show(rows: list[dict], cfg: BenchConfig) -> dict:
                     "prefill_kv_peak_bytes": table.median(ss, "kv_prefill_bytes_peak"),
                     # one full layer + the compressed others (or all compressed, when a layer's preallocated
                     # slots outnumber a prompt shorter than the budget)
-                    "prefill_kv_peak_bound_bytes": max(full_layer, compressed_layer) + (n_layers - 1) * compressed_layer,
+                    "prefill_kv_peak_bound_bytes": (
+                        max(full_layer, compressed_layer) + (n_layers - 1) * compressed_layer
+                    ),
                     "prefill_snapstream_over_none": table.paired(ss, none, "prefill_s"),
                 }
             )

@@ -57,7 +57,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[BenchConfig, argparse.Nam
         changes["out"] = cfg.out + "/quick"
     simple = dict(model=a.model, dtype=a.dtype, steps=a.steps, reps=a.reps, prompt_budget=a.prompt_budget,
                   recent=a.recent, window=a.window, kernel=a.kernel, sinks=a.sinks, seed=a.seed, out=a.out,
-                  time_budget_s=a.time_budget, discard_reps=a.discard_reps, compile_backend=a.compile_backend)  # fmt: skip
+                  time_budget_s=a.time_budget, discard_reps=a.discard_reps,
+                  compile_backend=a.compile_backend)  # fmt: skip
     changes.update({k: v for k, v in simple.items() if v is not None})
     if a.attn:
         changes["attns"] = tuple(x.strip() for x in a.attn.split(",") if x.strip())

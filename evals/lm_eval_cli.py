@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import sys
 
-
 FLAGS = ("--model", "--model_args", "--tasks", "--include_path")
 
 
@@ -70,8 +69,9 @@ def _check_tasks(tasks: str, include_path: str | None) -> None:
 
 
 def main() -> None:
-    import evals.lm_eval_model  # noqa: F401  (registers --model snapstream)
     from lm_eval.__main__ import cli_evaluate
+
+    import evals.lm_eval_model  # noqa: F401  (registers --model snapstream)
 
     precheck(sys.argv[1:])
     cli_evaluate()

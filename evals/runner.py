@@ -17,6 +17,8 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
 from evals.backends import Request, backend_class, make_backend
+from evals.identity import fingerprint, run_identity
+from evals.prompts import PROMPTS, PromptStore, prompt_record
 from evals.rows import RowWriter, done_keys, read_rows, tidy
 from evals.rundir import (
     META,
@@ -34,14 +36,12 @@ from evals.rundir import (
     versions,
     write_atomic,
 )
-from evals.identity import fingerprint, run_identity
-from evals.prompts import PROMPTS, PromptStore, prompt_record
 from evals.summary import summarize
 from snapstream_core import compression_from_config
 from snapstream_core.generate import SamplingConfig
 from snapstream_core.methods import knob_names
-from snapstream_core.static_decode import resolve_compile
 from snapstream_core.methods.base import CompressionMethod
+from snapstream_core.static_decode import resolve_compile
 from tasks import get_task
 from tasks.base import Prompt
 from tasks.protocol import answer_part, hook, score_all

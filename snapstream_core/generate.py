@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import math
-
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field

@@ -15,7 +15,6 @@ from tasks.aime24.data import Item
 from tasks.aime24.grader import canonical_answer, grade, integer_value, last_boxed
 from tasks.aime24.verify_worker import WORKER
 
-
 R1_TAIL = (
     "<think>\nOkay, so I need to find xy. Let me write the equations down.\n...\nSo 4xy = 100, hence xy = 25.\n"
     "</think>\n\nGiven $\\log_x(y^x) = 10$ and $\\log_y(x^{4y}) = 10$:\n\n1. $x \\log_x y = 10$\n"
@@ -91,9 +90,9 @@ GARBAGE = {**garbage_texts(), "none": None, "not a string": 12345}
 @pytest.mark.parametrize("name", sorted(GARBAGE))
 def test_garbage_gives_no_prediction_and_never_raises(name):
     item = Item(item_id="1", problem="p", answer="204")
-    import tasks.aime24 as aime
-
     from omegaconf import OmegaConf
+
+    import tasks.aime24 as aime
 
     result = aime.score(item, GARBAGE[name], cfg=OmegaConf.create({"protocol": "boxed"}))
     assert result["prediction"] is None and result["correct"] is False
@@ -108,8 +107,9 @@ def test_grading_1000_rows_of_a_realistic_mix():
     """700 integer answers at the end of long R1-style outputs (every third off by one), 100 distinct non-integer forms
     that need Math-Verify (all equal to the gold), 100 garbage rows, 100 rows cut mid-answer. Its speed is measured
     by ``python -m bench.aime_grading``."""
-    import tasks.aime24 as aime
     from omegaconf import OmegaConf
+
+    import tasks.aime24 as aime
 
     grader.clear_caches()
     pairs, _, _ = mixed_rows(1000)

@@ -13,8 +13,7 @@ import torch
 
 from bench import run
 from bench.cases import PLAIN, Case, kept_after_prefill, plan
-from bench.config import BenchConfig, parse_tokens
-from bench.config import WARM_STEPS
+from bench.config import WARM_STEPS, BenchConfig, parse_tokens
 from bench.floor import floor_bytes, kv_bytes_per_token, weight_bytes
 from bench.measure import measure_group
 from bench.models import load

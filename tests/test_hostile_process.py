@@ -14,7 +14,7 @@ from tasks.livecodebench.grader import grade
 
 
 def run_one(mode: str, code: str, expected: str, **knobs):
-    """``task.protocol=strict``: the sandbox must hold without the help of lcb_runner's guard (os.remove, os.fork ...)."""
+    """``task.protocol=strict``: the sandbox must hold without lcb_runner's guard (os.remove, os.fork ...)."""
     return grade(make_problem("proc", [("\n", expected)]), code, settings_for(mode, **{"protocol": "strict", **knobs}))
 
 

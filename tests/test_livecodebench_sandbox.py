@@ -18,8 +18,16 @@ import threading
 import uuid
 
 import pytest
-from lcb_helpers import MODES, REPO, bundled, leftover_sandbox_processes, make_problem, require, settings_for, \
-    tree_snapshot
+from lcb_helpers import (
+    MODES,
+    REPO,
+    bundled,
+    leftover_sandbox_processes,
+    make_problem,
+    require,
+    settings_for,
+    tree_snapshot,
+)
 from lcb_sample_source import REFERENCE
 
 from tasks.livecodebench import isolation

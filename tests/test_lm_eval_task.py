@@ -35,7 +35,9 @@ def lm_eval_instances(num_fewshot: int, chat_template=None):
     task.set_config(key="num_fewshot", value=num_fewshot)
     task.set_fewshot_seed(seed=1234)
     chat = chat_template is not None
-    task.build_all_requests(limit=LIMIT, apply_chat_template=chat, fewshot_as_multiturn=chat, chat_template=chat_template)
+    task.build_all_requests(
+        limit=LIMIT, apply_chat_template=chat, fewshot_as_multiturn=chat, chat_template=chat_template
+    )
     return task.instances
 
 
@@ -74,7 +76,8 @@ def test_chat_contexts_tokenize_as_lm_evals_hf_model_does():
     backend = HFBackend.__new__(HFBackend)  # only its prompt encoding, no model
     backend.tokenizer, backend.model_cfg = tok, compose_cfg(RUNNER_ARGS).model
     ours = [backend.encode(lm_task.prompt(it, backend.model_cfg, cfg=cfg)) for it in items]
-    theirs = [tok(inst.args[0], add_special_tokens=False)["input_ids"] for inst in lm_eval_instances(1, hflm_chat_template)]
+    instances = lm_eval_instances(1, hflm_chat_template)
+    theirs = [tok(inst.args[0], add_special_tokens=False)["input_ids"] for inst in instances]
     assert ours == theirs
     prompt = lm_task.prompt(items[0], None, cfg=cfg)
     assert prompt.prefill == "The pass key is" and [m["role"] for m in prompt.messages] == ["user", "assistant", "user"]
@@ -142,7 +145,8 @@ def test_a_sweep_writes_rows_and_summaries_that_the_report_aggregates(tiny_llama
     report = (tmp_path / "report.md").read_text()
     assert TASK in report and "exact_match,digits" in report
     aggregated = pd.read_csv(tmp_path / "summary_all.csv")
-    assert set(aggregated["method"]) == {"none", "snapstream"} and (tmp_path / "plots" / f"frontier__{TASK}__tiny_llama.png").is_file()
+    assert set(aggregated["method"]) == {"none", "snapstream"}
+    assert (tmp_path / "plots" / f"frontier__{TASK}__tiny_llama.png").is_file()
 
 
 @pytest.mark.parametrize(

@@ -144,7 +144,8 @@ def test_cot_mode_makes_the_two_official_calls(items, llama_tokenizer):
     first = prompt(item, model_cfg(), cfg=cfg, tokenizer=llama_tokenizer)
     assert first.messages[0]["content"] == expected_direct(item).replace(
         "answer the question below", "answer the questions below").replace(
-        'Format your response as follows: "The correct answer is (insert answer here)".', "Let\u2019s think step by step:")
+        'Format your response as follows: "The correct answer is (insert answer here)".',
+        "Let\u2019s think step by step:")
 
     cot = "\n  The speaker ties convenience to the toplevel. So B.  \n"
     second, max_new_tokens = followup(item, cot, model_cfg(), cfg=cfg, tokenizer=llama_tokenizer)

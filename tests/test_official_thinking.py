@@ -96,4 +96,5 @@ def test_model_revision_is_checked():
     with pytest.raises(ValueError, match="model.revision"):
         check_model_config(random)
     with pytest.raises(ValueError, match="model.revision"):
-        check_model_config(OmegaConf.create({"source": "hub", "dtype": "bfloat16", "hub_id": "x/y", "revision": 5, **BASE}))
+        hub = {"source": "hub", "dtype": "bfloat16", "hub_id": "x/y", "revision": 5, **BASE}
+        check_model_config(OmegaConf.create(hub))

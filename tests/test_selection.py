@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from snapstream_core import SnapKV, SnapStream, StreamingLLM, keep_indices, snapkv_scores
+from snapstream_core import SnapStream, StreamingLLM, keep_indices, snapkv_scores
 from snapstream_core.methods.base import PrefillView
 
 

@@ -33,7 +33,8 @@ def backend_class(name: str) -> type:
 
 def make_backend(cfg: Any, method, sampling) -> Backend:
     """Build the backend named by ``cfg.backend.name``: a replaying backend from ``backend.path`` (and
-    ``backend.partial``), a generating one from the model config, the method, the sampling settings and ``gen.compile``."""
+    ``backend.partial``), a generating one from the model config, the method, the sampling settings and
+    ``gen.compile``."""
     cls = backend_class(cfg.backend.name)
     if cls.replays:
         return cls(cfg.backend.path, partial=bool(cfg.backend.get("partial", False)))

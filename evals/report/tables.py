@@ -12,6 +12,7 @@ import pandas as pd
 from evals.summary import identity_extra
 from snapstream_core.methods import knob_names
 from tasks.protocol import hook
+
 BEHAVIOUR = {  # summary metric -> column title
     "mean_gen_tokens": "gen tokens (mean)",
     "share_gen_truncated": "cut at max_new_tokens (%)",

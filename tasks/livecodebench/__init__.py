@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from tasks.base import THINK_CLOSE, Prompt, split_thinking
-from tasks.livecodebench.grader import OUTCOMES, PROTOCOLS, GradeSettings, Verdict, grade, grade_many
 from tasks.livecodebench.data import load_problems, release_files, source_paths, window
+from tasks.livecodebench.grader import OUTCOMES, PROTOCOLS, GradeSettings, Verdict, grade, grade_many
 from tasks.livecodebench.problem import Problem
 from tasks.livecodebench.prompts import build_prompt, extract_code, resolve_style
 from tasks.source import cfg_get

@@ -17,8 +17,8 @@ from datetime import datetime
 from typing import Any
 
 from tasks.base import iter_jsonl, read_records
-from tasks.source import cfg_get, check_limit, local_file
 from tasks.livecodebench.problem import Problem, parse_problem
+from tasks.source import cfg_get, check_limit, local_file
 
 log = logging.getLogger(__name__)
 

@@ -27,9 +27,9 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from tasks.livecodebench import isolation
-from tasks.source import cfg_get
 from tasks.livecodebench.problem import Problem
 from tasks.livecodebench.sandbox import Limits, RunResult, SandboxError, execute
+from tasks.source import cfg_get
 
 log = logging.getLogger(__name__)
 

