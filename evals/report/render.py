@@ -39,7 +39,8 @@ def _per_problem_tables(head: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
         if hook(task, "per_problem") is not None and samples.is_file():
             rows = pd.read_csv(samples)
             if len(rows):
-                tables.append((f"Per problem: {run['label']} @ {run['prompt_budget']} ({run['run']})",
+                budget = "full cache" if pd.isna(run["prompt_budget"]) else f"budget {int(run['prompt_budget'])}"
+                tables.append((f"Per problem: {run['label']} @ {budget} ({run['run']})",
                                task.per_problem(rows).fillna("—")))
     return tables
 
