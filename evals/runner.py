@@ -126,8 +126,9 @@ def check(cfg: DictConfig) -> Checked:
 
 
 def _check_task_source(task: dict[str, Any]) -> None:
-    """A given ``task.path`` is read only with ``task.source=path``: any other source would silently ignore it."""
-    if task.get("path") not in (None, "") and "source" in task and task["source"] != "path":
+    """A given ``task.path`` is read with ``task.source=auto`` (the default) or ``path``: any other source would
+    silently ignore it."""
+    if task.get("path") not in (None, "") and "source" in task and task["source"] not in ("path", "auto"):
         raise ValueError(
             f"task.path: given ({task['path']}) but task.source={task['source']} would ignore it; "
             "pass task.source=path to read it, or drop task.path"

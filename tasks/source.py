@@ -1,5 +1,5 @@
-"""The data knobs every task shares, read once: ``task.source`` (``hub`` | ``path`` | ``bundled``), ``task.path``
-and ``task.limit``.
+"""The data knobs every task shares, read once: ``task.source`` (``auto`` | ``hub`` | ``path`` | ``bundled``),
+``task.path`` and ``task.limit``.
 
 A task's ``load`` asks :func:`local_file` where to read (``None``: the hub, read the task's own way), then cuts its
 items, in their stable order, with :func:`apply_limit`. Both raise ``ValueError("task.<field>: ...")``.
@@ -25,8 +25,12 @@ def cfg_get(cfg: Any, key: str, default: Any = None) -> Any:
 
 
 def source_of(cfg: Any, default: str = "hub", sources: tuple[str, ...] = SOURCES) -> str:
-    """``task.source``, checked against ``sources``."""
+    """``task.source``, checked against ``sources``. ``auto`` (the task configs' default) is ``path`` when a
+    ``task.path`` is given, else ``task.default_source`` (the model's: ``hub`` or ``bundled``), so a path given alone
+    is never ignored; an explicit other source beside a path is refused by the runner."""
     source = cfg_get(cfg, "source", default)
+    if source == "auto":
+        source = "path" if cfg_get(cfg, "path") else cfg_get(cfg, "default_source", default)
     if source not in sources:
         raise ValueError(f"task.source: expected one of {', '.join(sources)}, got {source!r}")
     return source

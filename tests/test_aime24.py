@@ -15,6 +15,7 @@ from omegaconf import OmegaConf
 import tasks.aime24 as aime
 from tasks.base import Prompt, split_thinking
 from tasks.registry import get_task
+from tasks.source import source_of
 
 ROOT = Path(__file__).resolve().parents[1]
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
@@ -50,8 +51,8 @@ def test_hydra_composes_the_exact_r1_template_and_defaults():
         cfg = compose(overrides=["+task=aime24", "+model=r1_distill_llama_8b"])
     assert cfg.task.templates.r1 == "{problem}\n" + INSTRUCTION  # no interpolation, the backslash kept
     assert cfg.task.templates.llama3 == cfg.task.templates.r1
-    assert cfg.task.source == "hub" and cfg.task.hub_id == "HuggingFaceH4/aime_2024" and cfg.task.split == "train"
-    assert cfg.task.tag == "aime24-hub-limitNone"
+    assert source_of(cfg.task) == "hub" and cfg.task.hub_id == "HuggingFaceH4/aime_2024" and cfg.task.split == "train"
+    assert cfg.task.tag == "aime24-auto-limitNone"
     assert dict(cfg.task.gen) == {"max_new_tokens": 32768, "temperature": 0.0, "top_p": 1.0, "n_samples": 1}
     assert (cfg.model.gen.temperature, cfg.model.gen.top_p) == (0.6, 0.95)  # R1 sampling lives in its model file
 
@@ -59,7 +60,7 @@ def test_hydra_composes_the_exact_r1_template_and_defaults():
 def test_embedded_model_defaults_to_the_bundled_sample():
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose(overrides=["+task=aime24", "+model=smollm2_135m", "task.limit=3"])
-    assert cfg.task.source == "bundled" and cfg.task.tag == "aime24-bundled-limit3"
+    assert source_of(cfg.task) == "bundled" and cfg.task.tag == "aime24-auto-limit3"
     aime.validate(cfg.task)
     assert [i.item_id for i in aime.load(cfg.task)] == ["60", "67", "69"]
 

@@ -9,6 +9,7 @@ from evals.cli import options
 from evals.runner import plan
 from snapstream_core import METHODS, compression_from_config
 from tasks import TASKS, get_task
+from tasks.source import source_of
 from tests.runner_utils import compose_cfg
 
 
@@ -49,7 +50,7 @@ def test_generation_precedence_cli_over_model_over_task():
 def test_the_smoke_experiment_sizes_every_task():
     for task in ("needle", "longbench_v2", "aime24", "livecodebench"):
         cfg = compose_cfg(["+experiment=smoke", f"task={task}"])
-        assert cfg.model.name == "smollm2_135m" and cfg.task.source == "bundled"
+        assert cfg.model.name == "smollm2_135m" and source_of(cfg.task) == "bundled"
         assert cfg.task.limit <= 6 and cfg.gen.max_new_tokens <= 96 and cfg.gen.n_samples == 1
         plan(cfg)  # every knob valid, the data reachable
 
@@ -58,7 +59,7 @@ def test_the_paper_experiment_resolves_per_model_and_task_settings():
     r1_aime = compose_cfg(["+experiment=paper", "model=r1_distill_llama_8b", "task=aime24",
                            "compression.prompt_budget=2048"])
     assert r1_aime.gen.n_samples == 64 and r1_aime.compression.recent == 2048  # R1 card: pass@1 over 64, cons@64
-    assert r1_aime.task.source == "hub"
+    assert source_of(r1_aime.task) == "hub"
     llama_lb = compose_cfg(["+experiment=paper", "task=longbench_v2"])
     assert llama_lb.gen.n_samples == 1 and llama_lb.compression.recent == 1024
     assert llama_lb.model.hub_id == "meta-llama/Llama-3.1-8B-Instruct"

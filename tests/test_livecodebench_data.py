@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 import tasks.livecodebench as lcb
 from tasks.livecodebench.data import release_files
 from tasks.livecodebench.problem import decode_compressed, plain_unpickle
+from tasks.source import source_of
 
 SAMPLE = Path(lcb.__file__).resolve().parents[1] / "data" / "livecodebench" / "sample.jsonl"
 
@@ -215,9 +216,9 @@ def test_task_config_composes_with_the_documented_defaults():
     conf = OmegaConf.merge(OmegaConf.create({"model": {"data_source": "bundled"}}),
                            {"task": OmegaConf.load(path)})
     task = conf.task
-    assert task.name == "livecodebench" and task.source == "bundled"
+    assert task.name == "livecodebench" and source_of(task) == "bundled"
     assert (task.start_date, task.end_date, task.timeout_s, task.release) == ("2024-08-01", "2025-01-31", 6,
                                                                               "release_v5")
     assert dict(task.gen) == {"max_new_tokens": 2000, "temperature": 0.2, "top_p": 0.95, "n_samples": 10}
-    assert task.tag == "livecodebench-bundled-release_v5-2024-08-01_2025-01-31-limitNone-auto-t6"
+    assert task.tag == "livecodebench-auto-release_v5-2024-08-01_2025-01-31-limitNone-auto-t6"
     lcb.validate(task)

@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 from tasks.base import bundled_path
 from tasks.longbench_v2 import load, validate
 from tasks.longbench_v2.data import FIELDS
+from tasks.source import source_of
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = bundled_path("longbench_v2/sample.jsonl")
@@ -168,13 +169,13 @@ def test_hub_failure_is_a_data_source_error(monkeypatch):
 def test_hydra_config_resolves_the_official_generation_defaults():
     task = OmegaConf.load(ROOT / "conf" / "task" / "longbench_v2.yaml")
     root = OmegaConf.create({"model": {"data_source": "bundled"}, "task": task})
-    assert root.task.source == "bundled" and root.task.name == "longbench_v2"
+    assert source_of(root.task) == "bundled" and root.task.name == "longbench_v2"
     assert OmegaConf.to_container(root.task.gen, resolve=True) == {"temperature": 0.1, "max_new_tokens": 128}
-    assert root.task.tag == ("longbench_v2-bundled-cot_False-max_len_None-diff_None-len_None-domain_None-limit_None")
+    assert root.task.tag == ("longbench_v2-auto-cot_False-max_len_None-diff_None-len_None-domain_None-limit_None")
     cot = OmegaConf.merge(root, OmegaConf.from_dotlist(["task.cot=true", "task.limit=2", "task.difficulty=hard"]))
     assert cot.task.gen.max_new_tokens == 1024 and cot.task.answer_tokens == 128
-    assert cot.task.tag == "longbench_v2-bundled-cot_True-max_len_None-diff_hard-len_None-domain_None-limit_2"
-    assert OmegaConf.create({"task": task}).task.source == "hub"  # paper models: the hub dataset
+    assert cot.task.tag == "longbench_v2-auto-cot_True-max_len_None-diff_hard-len_None-domain_None-limit_2"
+    assert source_of(OmegaConf.create({"task": task}).task) == "hub"  # paper models: the hub dataset
     validate(cot.task)
     assert len(load(cot.task)) == 2
 

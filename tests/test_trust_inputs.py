@@ -15,6 +15,7 @@ import torch
 
 from evals.prompts import read_prompts
 from evals.runner import check, run
+from tasks import get_task
 from tests.runner_utils import TINY, cli, compose_cfg
 
 NEEDLE = [*TINY, "task=needle", "task.context_tokens=128", "task.n_items=2", "gen.max_new_tokens=4"]
@@ -29,8 +30,12 @@ def one_line_error(args, match):
 def test_a_given_task_path_is_not_silently_ignored(tmp_path):
     data = tmp_path / "my.jsonl"
     data.write_text(json.dumps({"id": "x", "problem": "1+1?", "answer": "2"}) + "\n")
-    one_line_error([*TINY, "task=aime24", f"task.path={data}"], "task.source=path")
+    # given alone, the path is the source (task.source=auto); an explicit conflicting source is refused in one line
+    items = get_task("aime24").load(compose_cfg([*TINY, "task=aime24", f"task.path={data}"]).task)
+    assert [i.item_id for i in items] == ["x"]
+    one_line_error([*TINY, "task=aime24", "task.source=bundled", f"task.path={data}"], "task.source=path")
     one_line_error([*TINY, "task=aime24", "task.source=path", "task.path=/nope.jsonl"], "/nope.jsonl")
+    one_line_error([*TINY, "task=aime24", "task.path=/nope.jsonl"], "/nope.jsonl")
 
 
 def test_an_explicit_recent_is_never_replaced_by_the_budget():
