@@ -67,3 +67,12 @@ def apply_limit(items: list, cfg: Any) -> list:
     """The first ``task.limit`` items (all of them when it is null)."""
     limit = check_limit(cfg)
     return items if limit is None else items[:limit]
+
+
+def protocol_of(cfg: Any, protocols: tuple[str, ...]) -> str:
+    """``task.protocol``, one of ``protocols`` (the first, the official scorer's, when unset), as rows and
+    ``meta.json`` record it."""
+    value = cfg_get(cfg, "protocol", protocols[0])
+    if value not in protocols:
+        raise ValueError(f"task.protocol: must be one of {', '.join(protocols)}, got {value!r}")
+    return str(value)

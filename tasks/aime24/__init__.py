@@ -34,6 +34,7 @@ from tasks.aime24.data import validate as _validate_data
 from tasks.aime24.grader import DEFAULT_TIMEOUT_S, canonical_answer, grade, grade_lighteval
 from tasks.aime24.summary import per_problem, summarize
 from tasks.base import THINK_CLOSE, Prompt, r1_prefill, split_thinking
+from tasks.source import protocol_of
 
 PRIMARY_METRIC = "pass@1"
 
@@ -61,10 +62,7 @@ def validate(cfg: Any) -> None:
 
 def protocol_name(cfg: Any) -> str:
     """The grading protocol of this run (``task.protocol``), as rows and ``meta.json`` record it."""
-    value = cfg.get("protocol", PROTOCOLS[0]) if cfg is not None else PROTOCOLS[0]
-    if value not in PROTOCOLS:
-        raise ValueError(f"task.protocol: must be one of {', '.join(PROTOCOLS)}, got {value!r}")
-    return str(value)
+    return protocol_of(cfg, PROTOCOLS)
 
 
 def answer_part(completion: str, thinking: bool, *, cfg: Any = None) -> tuple[str, bool]:

@@ -16,6 +16,7 @@ import re
 from typing import Any
 
 from tasks.longbench_v2.data import Item
+from tasks.source import protocol_of
 
 PROTOCOLS = ("official", "strict")
 
@@ -37,10 +38,7 @@ def extract_answer(response: str) -> str | None:
 
 def protocol_name(cfg: Any) -> str:
     """The grading protocol of this run (``task.protocol``), as rows and ``meta.json`` record it."""
-    value = cfg.get("protocol", PROTOCOLS[0]) if cfg is not None else PROTOCOLS[0]
-    if value not in PROTOCOLS:
-        raise ValueError(f"task.protocol: must be one of {', '.join(PROTOCOLS)}, got {value!r}")
-    return str(value)
+    return protocol_of(cfg, PROTOCOLS)
 
 
 def score(item: Item, completion: str, *, cfg: Any = None) -> dict[str, Any]:
