@@ -251,13 +251,8 @@ def run_stdin_lcb(function, inputs: list[str], max_output: int, chan: Channel) -
         capture.close = lambda x: 1  # type: ignore[method-assign]  # Capturing: close() with no argument raises
         sys.stdin, sys.stdout, builtins.open = LcbStdin(text), capture, _lcb_open(text)
         chan.send(ev="start", i=i)
-        error = None
         try:
-            function()
-        except SystemExit:
-            pass
-        except BaseException as exc:  # noqa: BLE001 - the program's failure
-            error = describe(exc)
+            error = call_program(function)
         finally:
             sys.stdin, sys.stdout, builtins.open = bound_stdin, sys.__stdout__, real_open
             for name in patched:
@@ -349,6 +344,18 @@ def to_wire(value: object, depth: int = 0) -> object:
     return {"$lcb": type(value).__name__, "repr": describe_obj(value)}
 
 
+def call_program(function) -> str | None:
+    """Run a stdin/stdout program's entry point: None when it returned or called ``exit()``, else its failure
+    (:func:`describe`)."""
+    try:
+        function()
+    except SystemExit:
+        return None
+    except BaseException as exc:  # noqa: BLE001 - the program's failure
+        return describe(exc)
+    return None
+
+
 def describe_obj(value: object) -> str:
     try:
         return repr(value)[:200]
@@ -384,13 +391,7 @@ def run_stdin(function, inputs: list[str], max_output: int, chan: Channel) -> No
             sys.stdin = io.TextIOWrapper(io.open(0, "rb", closefd=False), encoding="utf-8")
             out = sys.stdout = io.TextIOWrapper(io.open(1, "wb", closefd=False), encoding="utf-8")
             chan.send(ev="start", i=i)
-            error = None
-            try:
-                function()
-            except SystemExit:
-                pass
-            except BaseException as exc:  # noqa: BLE001 - the program's failure
-                error = describe(exc)
+            error = call_program(function)
             for stream in (out, original_stdout):
                 try:
                     stream.flush()
