@@ -17,6 +17,7 @@ from snapstream_core.methods import METHODS
 from snapstream_core.methods.base import CompressionMethod
 
 PLAIN = "plain"
+BATCH_METHOD = "snapstream"  # the one method also measured at every batch size (the recipe this project is about)
 COMPILED = "+compiled"  # suffix of a method decoded by the compiled static-shape step (snapstream_core.static_decode)
 
 
@@ -90,10 +91,10 @@ def context_group(cfg: BenchConfig, attn: str, context: int) -> list[Case]:
 
 
 def batch_group(cfg: BenchConfig, attn: str, context: int) -> list[Case]:
-    """``snapstream`` at every batch size (compiled too when it is in ``compiled``), and its plain reference at the
-    same batch sizes."""
-    ref_len = kept_after_prefill("snapstream", context, cfg)
-    names = ["snapstream"] + (["snapstream" + COMPILED] if "snapstream" in cfg.compiled else [])
+    """:data:`BATCH_METHOD` at every batch size (compiled too when it is in ``compiled``), and its plain reference at
+    the same batch sizes."""
+    ref_len = kept_after_prefill(BATCH_METHOD, context, cfg)
+    names = [BATCH_METHOD] + ([BATCH_METHOD + COMPILED] if BATCH_METHOD in cfg.compiled else [])
     return [Case(attn, m, context, b) for m in names for b in cfg.batches] + [
         Case(attn, PLAIN, ref_len, b) for b in cfg.batches
     ]
@@ -129,7 +130,7 @@ def plan(cfg: BenchConfig, max_positions: int) -> list[Group]:
         for attn in cfg.attns:
             for context in contexts:
                 order.append(Group(rep, "context", context, tuple(_rotate(context_group(cfg, attn, context), rep))))
-            if "snapstream" in cfg.methods and cfg.batches:
+            if BATCH_METHOD in cfg.methods and cfg.batches:
                 cases = tuple(_rotate(batch_group(cfg, attn, batch_context), rep))
                 order.append(Group(rep, "batch", batch_context, cases))
     return order
