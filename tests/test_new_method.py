@@ -105,6 +105,9 @@ def test_it_shows_up_in_the_hydra_group(registered):
     assert line == (
         "compression=keep_frist: unknown option; available: keep_first, none, snapkv, snapstream, streaming_llm"
     )
+    del METHODS["keep_first"]  # unregistered again: its node and knob leave the group at the next registration
+    assert validate([*TINY, "compression=keep_first"])[0].startswith("compression=keep_first: unknown option")
+    assert "first_k" not in compose_cfg([*TINY]).compression
 
 
 def test_its_runs_are_named_tabled_and_labelled(registered, tmp_path):
