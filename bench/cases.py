@@ -1,7 +1,7 @@
 """What one run measures: the cases (method × context × batch, and their plain-cache references) in the order they
 run, interleaved so that drift of the machine hits every method alike.
 
-A case is either a method of the core (``none``, ``snapkv``, ``streaming_llm``, ``snapstream``) over a prompt of
+A case is either a method of the core (a name in ``snapstream_core.methods.METHODS``) over a prompt of
 ``context`` tokens, or ``plain``: transformers' own ``DynamicCache`` with the stock attention over a prompt of
 ``context`` tokens. ``plain`` at the length a method keeps after prefill is that method's **physical reference**:
 each decode step then attends over exactly as many keys as the method's does, so its decode time is the best any
@@ -13,10 +13,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from bench.config import WARM_STEPS, BenchConfig
-from snapstream_core.methods import NoCompression, SnapKV, SnapStream, StreamingLLM
+from snapstream_core.methods import METHODS
 from snapstream_core.methods.base import CompressionMethod
 
 PLAIN = "plain"
+BATCH_METHOD = "snapstream"  # the one method also measured at every batch size (the recipe this project is about)
 COMPILED = "+compiled"  # suffix of a method decoded by the compiled static-shape step (snapstream_core.static_decode)
 
 
@@ -47,31 +48,20 @@ class Case:
 
 
 def build_method(name: str, cfg: BenchConfig) -> CompressionMethod:
-    """The core's method dataclass for ``name`` with the run's budgets (all methods share one footprint)."""
+    """The core's method dataclass for ``name`` with the run's budgets (all methods share one footprint): its class's
+    ``from_bench`` hook on :meth:`BenchConfig.shared_knobs`."""
     name = base_method(name)
-    if name == "none":
-        return NoCompression()
-    if name == "snapkv":
-        return SnapKV(prompt_budget=cfg.prompt_budget, window=cfg.window, kernel=cfg.kernel)
-    if name == "snapstream":
-        return SnapStream(
-            prompt_budget=cfg.prompt_budget, recent=cfg.recent, window=cfg.window, kernel=cfg.kernel, sinks=cfg.sinks
-        )
-    if name == "streaming_llm":
-        return StreamingLLM(sinks=cfg.sinks, recent=cfg.footprint - cfg.sinks)
-    raise ValueError(f"bench.methods: unknown method {name!r}")
+    if name not in METHODS:
+        raise ValueError(f"bench.methods: unknown method {name!r}; known: {', '.join(METHODS)}")
+    return METHODS[name].from_bench(cfg.shared_knobs())
 
 
 def kept_after_prefill(method: str, context: int, cfg: BenchConfig) -> int:
-    """KV entries per layer and KV head that ``method`` holds right after the prefill of ``context`` tokens."""
-    method = base_method(method)
-    if method in ("none", PLAIN):
+    """KV entries per layer and KV head that ``method`` holds right after the prefill of ``context`` tokens: its
+    footprint with nothing decoded (``plain``: the whole prompt)."""
+    if method == PLAIN:
         return context
-    if method in ("snapkv", "snapstream"):
-        return min(context, cfg.prompt_budget)
-    if method == "streaming_llm":
-        return min(context, cfg.footprint)
-    raise ValueError(f"bench.methods: unknown method {method!r}")
+    return build_method(method, cfg).footprint(context, 0)
 
 
 def effective_contexts(cfg: BenchConfig, max_positions: int) -> list[int]:
@@ -101,10 +91,10 @@ def context_group(cfg: BenchConfig, attn: str, context: int) -> list[Case]:
 
 
 def batch_group(cfg: BenchConfig, attn: str, context: int) -> list[Case]:
-    """``snapstream`` at every batch size (compiled too when it is in ``compiled``), and its plain reference at the
-    same batch sizes."""
-    ref_len = kept_after_prefill("snapstream", context, cfg)
-    names = ["snapstream"] + (["snapstream" + COMPILED] if "snapstream" in cfg.compiled else [])
+    """:data:`BATCH_METHOD` at every batch size (compiled too when it is in ``compiled``), and its plain reference at
+    the same batch sizes."""
+    ref_len = kept_after_prefill(BATCH_METHOD, context, cfg)
+    names = [BATCH_METHOD] + ([BATCH_METHOD + COMPILED] if BATCH_METHOD in cfg.compiled else [])
     return [Case(attn, m, context, b) for m in names for b in cfg.batches] + [
         Case(attn, PLAIN, ref_len, b) for b in cfg.batches
     ]
@@ -140,7 +130,7 @@ def plan(cfg: BenchConfig, max_positions: int) -> list[Group]:
         for attn in cfg.attns:
             for context in contexts:
                 order.append(Group(rep, "context", context, tuple(_rotate(context_group(cfg, attn, context), rep))))
-            if "snapstream" in cfg.methods and cfg.batches:
+            if BATCH_METHOD in cfg.methods and cfg.batches:
                 cases = tuple(_rotate(batch_group(cfg, attn, batch_context), rep))
                 order.append(Group(rep, "batch", batch_context, cases))
     return order

@@ -12,13 +12,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-METHODS = ("none", "snapkv", "streaming_llm", "snapstream")
+from snapstream_core.methods import METHODS as REGISTRY
+
 ATTNS = ("sdpa", "eager", "flash_attention_2")
 DTYPES = ("float32", "bfloat16", "float16")
 COMPILE_BACKENDS = ("inductor", "eager", "aot_eager")
 # Model names besides the Hydra model configs (conf/model/<name>.yaml).
 LLAMA_8B_SHAPE = "llama31_8b_shape"
 WARM_STEPS = 4  # untimed decode steps per case before the ``steps`` timed ones
+SHARED_KNOBS = ("prompt_budget", "recent", "window", "kernel", "sinks")  # what a method is built from
+
+
+def registered() -> tuple[str, ...]:
+    """Every method of ``snapstream_core.methods.METHODS`` (the default of ``methods`` and ``compiled``)."""
+    return tuple(REGISTRY)
 
 
 @dataclass(frozen=True)
@@ -27,7 +34,9 @@ class BenchConfig:
 
     ``contexts`` are prompt lengths in tokens; each is cut to ``max positions - WARM_STEPS - steps - 1`` so that
     prompt and decoded tokens fit (SmolLM2: 8192 positions). ``steps`` decode steps are timed after the prefill (EOS is
-    suppressed so that every run decodes exactly that many). The methods share one footprint: ``snapkv`` and
+    suppressed so that every run decodes exactly that many). ``methods`` are names in
+    ``snapstream_core.methods.METHODS`` (default: all of them); each is built from :meth:`shared_knobs` by its
+    class's ``from_bench`` (``bench.cases.build_method``), so the methods share one footprint: ``snapkv`` and
     ``snapstream`` keep ``prompt_budget`` prompt entries (``snapstream`` adds a ring of ``recent`` slots),
     ``streaming_llm`` keeps ``sinks`` + ``prompt_budget + recent - sinks`` entries (the same
     ``prompt_budget + recent`` slots as ``snapstream``).
@@ -37,8 +46,8 @@ class BenchConfig:
     model: str = "smollm2_135m"
     dtype: str = "float32"
     attns: tuple[str, ...] = ("sdpa",)
-    methods: tuple[str, ...] = METHODS
-    compiled: tuple[str, ...] = METHODS  # methods also measured with the compiled static-shape decode step
+    methods: tuple[str, ...] = field(default_factory=registered)
+    compiled: tuple[str, ...] = field(default_factory=registered)  # also measured with the compiled decode step
     compile_backend: str = "inductor"  # torch.compile backend of that step ("eager": traced only, for quick checks)
     contexts: tuple[int, ...] = (1024, 2048, 4096, 8192)
     steps: int = 64
@@ -65,8 +74,8 @@ class BenchConfig:
             if attn not in ATTNS:
                 raise ValueError(f"bench.attns: {attn!r} is not one of {ATTNS}")
         for m in self.methods:
-            if m not in METHODS:
-                raise ValueError(f"bench.methods: {m!r} is not one of {METHODS}")
+            if m not in REGISTRY:
+                raise ValueError(f"bench.methods: {m!r} is not one of {registered()}")
         if self.compile_backend not in COMPILE_BACKENDS:
             raise ValueError(f"bench.compile_backend: must be one of {COMPILE_BACKENDS}, got {self.compile_backend!r}")
         for m in self.compiled:
@@ -89,6 +98,10 @@ class BenchConfig:
                 f"bench.prompt_budget: must exceed window + sinks ({self.window} + {self.sinks}), "
                 f"got {self.prompt_budget}"
             )
+
+    def shared_knobs(self) -> dict[str, int]:
+        """The budgets every method is built from (``CompressionMethod.from_bench``)."""
+        return {name: getattr(self, name) for name in SHARED_KNOBS}
 
     @property
     def footprint(self) -> int:

@@ -23,6 +23,11 @@ class UserError(Exception):
 
 
 def options(group: str) -> list[str]:
+    """The options of a config group: its YAML files (for ``compression``, every registered method too)."""
+    if group == "compression":
+        from evals.conf_store import options as compression_options
+
+        return compression_options()
     return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
 
 
@@ -101,7 +106,10 @@ def validate(args: list[str]) -> list[str]:
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
+    from evals.conf_store import register_methods
+
     multirun = any(a in ("-m", "--multirun") for a in args)
+    register_methods()  # compression=<method> for every registered method, YAML file or not
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):

@@ -11,6 +11,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from evals.cli import UserError, precheck
+from evals.conf_store import register_methods
 
 log = logging.getLogger("evals.run")
 EXPLICIT_DIR = ("hydra.run.dir", "hydra.sweep.dir", "hydra.sweep.subdir")
@@ -34,5 +35,6 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    register_methods()  # before Hydra composes: every method of snapstream_core.methods.METHODS is an option
     precheck(sys.argv[1:])
     main()

@@ -10,12 +10,15 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
+from evals.conf_store import register_methods
+
 ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "conf"
 TINY = ["model=tiny_llama"]
 
 
 def compose_cfg(overrides: list[str]):
+    register_methods()  # as evals/run.py does before composing
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         return compose(config_name="config", overrides=overrides)

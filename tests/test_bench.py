@@ -154,3 +154,48 @@ def test_the_floor_counts_weights_once_and_the_kv_held(tiny):
     assert weight_bytes(model) == (all_params if tied else all_params - emb + cfg.hidden_size * 4)
     assert kv_bytes_per_token(model) == LAYERS * PER_TOKEN_LAYER
     assert floor_bytes(model, 100, 3) == weight_bytes(model) + 3 * 100 * LAYERS * PER_TOKEN_LAYER
+
+
+def test_methods_are_built_by_their_classes_at_one_footprint():
+    """``from_bench`` gives what the bench always measured: pure SnapKV (sinks=0), SnapStream with the bench's
+    sinks, StreamingLLM at SnapStream's footprint (sinks + prompt_budget + recent - sinks)."""
+    from bench.cases import build_method
+    from snapstream_core.methods import NoCompression, SnapKV, SnapStream, StreamingLLM
+
+    assert build_method("none", CFG) == NoCompression()
+    assert build_method("snapkv", CFG) == SnapKV(prompt_budget=64, window=8, kernel=3)
+    assert build_method("snapstream+compiled", CFG) == SnapStream(prompt_budget=64, recent=16, window=8, kernel=3)
+    assert build_method("streaming_llm", CFG) == StreamingLLM(sinks=4, recent=64 + 16 - 4)
+    assert [kept_after_prefill(m, c, CFG) for m in ("snapkv", "streaming_llm", PLAIN) for c in (50, 160)] == [
+        50, 64, 50, 80, 50, 160
+    ]
+    with pytest.raises(ValueError, match="bench.methods: unknown method 'nope'"):
+        build_method("nope", CFG)
+
+
+def test_bench_methods_are_the_registry(monkeypatch):
+    from snapstream_core.methods import METHODS
+    from tests.test_new_method import KeepFirst
+
+    assert BenchConfig().methods == BenchConfig().compiled == tuple(METHODS)
+    with pytest.raises(ValueError, match="bench.methods: 'keep_first' is not one of"):
+        CFG.with_(methods=("none", "keep_first"), compiled=())
+    monkeypatch.setitem(METHODS, "keep_first", KeepFirst)
+    assert "keep_first" in BenchConfig().methods and CFG.with_(methods=("none", "keep_first"), compiled=())
+
+
+def test_a_registered_toy_method_is_a_bench_case_with_its_kept_size(tiny, monkeypatch):
+    from bench.cases import build_method, context_group
+    from snapstream_core.methods import METHODS
+    from tests.test_new_method import KeepFirst
+
+    monkeypatch.setitem(METHODS, "keep_first", KeepFirst)
+    cfg = CFG.with_(methods=("none", "keep_first"), compiled=())
+    assert build_method("keep_first", cfg) == KeepFirst()  # no bench knob is a field of it: its defaults
+    assert kept_after_prefill("keep_first", 160, cfg) == KeepFirst().first_k == 16
+    assert Case("sdpa", PLAIN, 16) in context_group(cfg, "sdpa", 160)  # its physical reference
+    model, prompts = tiny
+    (row,) = measure_group(model, prompts, [Case("sdpa", "keep_first", 160)], cfg)
+    assert row["status"] == "ok" and row["kv_tokens_after_prefill"] == 16
+    assert row["kv_bytes_after_prefill"] == LAYERS * PER_TOKEN_LAYER * 16
+    assert row["kv_bytes_final"] == LAYERS * PER_TOKEN_LAYER * (16 + STEPS)

@@ -1,13 +1,15 @@
 """A compression method added by one dataclass + one registration (here: keep the first k prompt tokens) is
-accepted by the Python API, runs in the core with exact cache sizes, and gets its knob into the result rows, the
-run identity and the lm-eval ``model_args`` with no other edit. (Its Hydra group file and report labels are the
-parts this test does not cover: ``docs/architecture.md``, "Adding a compression method".)"""
+accepted by the Python API, runs in the core with exact cache sizes, and gets its knob into the Hydra group
+``compression`` (option, run tag, sweeps across methods, unknown-key and unknown-option errors), the result rows and
+summary, the report labels, the run identity and the lm-eval ``model_args`` with no other edit
+(``docs/architecture.md``, "Adding a compression method")."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import ClassVar
 
+import pandas as pd
 import pytest
 import torch
 
@@ -17,6 +19,7 @@ from evals.rows import row_columns, tidy
 from snapstream_core import compression_from_config
 from snapstream_core.methods import METHODS, knob_names
 from snapstream_core.methods.base import CompressionMethod, PrefillView, Selection, check_positive, sink_and_tail_scores
+from tests.runner_utils import TINY, compose_cfg
 
 
 @dataclass(frozen=True)
@@ -85,3 +88,43 @@ def test_its_knob_reaches_rows_identity_and_lm_eval(registered):
 
     check_model_args({"first_k": 12})
     assert compression_from_model_args({"method": "keep_first", "first_k": 12}) == method
+
+
+def test_it_shows_up_in_the_hydra_group(registered):
+    from evals.cli import options, validate
+
+    assert "keep_first" in options("compression")
+    cfg = compose_cfg([*TINY, "compression=keep_first", "compression.first_k=12"]).compression
+    assert cfg.tag == "keep_first-fk12-original" and cfg.first_k == 12 and cfg.prompt_budget is None
+    # the new knob is a key of every method's node: one sweep sets it for all (the others ignore it)
+    assert validate(["-m", *TINY, "compression=snapstream,keep_first", "compression.first_k=12"]) == []
+    assert validate([*TINY, "compression=keep_first", "compression.frist_k=3"]) == [
+        "compression.frist_k: no such key (`python -m evals.run --cfg job` prints every key and its value)"
+    ]
+    (line,) = validate([*TINY, "compression=keep_frist"])
+    assert line == (
+        "compression=keep_frist: unknown option; available: keep_first, none, snapkv, snapstream, streaming_llm"
+    )
+    del METHODS["keep_first"]  # unregistered again: its node and knob leave the group at the next registration
+    assert validate([*TINY, "compression=keep_first"])[0].startswith("compression=keep_first: unknown option")
+    assert "first_k" not in compose_cfg([*TINY]).compression
+
+
+def test_its_runs_are_named_tabled_and_labelled(registered, tmp_path):
+    """In-process runs (tiny_llama, 2 needle items, 4 new tokens) of two ``first_k``: the directory carries the
+    generated tag, ``samples.csv`` and ``summary.csv`` a ``first_k`` column, the report a label per ``first_k``."""
+    from evals.report.render import write_report
+    from evals.runner import run
+
+    base = [*TINY, "task=needle", "task.context_tokens=128", "task.n_items=2", "gen.max_new_tokens=4",
+            f"out_root={tmp_path}"]
+    outs = {k: run(compose_cfg([*base, "compression=keep_first", f"compression.first_k={k}"])) for k in (12, 20)}
+    assert "/keep_first-fk12-original/" in str(outs[12]) and "/keep_first-fk20-original/" in str(outs[20])
+    samples = pd.read_csv(outs[12] / "samples.csv")
+    assert samples["method"].tolist() == ["keep_first"] * 2 and samples["first_k"].tolist() == [12, 12]
+    assert samples["kv_tokens_peak"].max() <= 12 + 4
+    summary = pd.read_csv(outs[12] / "summary.csv")
+    assert set(summary["first_k"]) == {12}
+    path, head = write_report(tmp_path)
+    assert set(head["label"]) == {"keep_first (first_k=12)", "keep_first (first_k=20)"}
+    assert "keep_first (first_k=12)" in path.read_text()

@@ -1,8 +1,11 @@
 """One compression method, one dataclass of its knobs (docs/architecture.md, "Compression config").
 
 Adding a method: one file here with a frozen dataclass subclassing :class:`CompressionMethod` (its fields are its
-knobs, checked in ``__post_init__``), one line in :data:`METHODS`, and ``conf/compression/<name>.yaml`` whose keys
-equal the field defaults (``tests/test_conf_defaults.py``).
+knobs, each with a default, checked in ``__post_init__``) and one line in :data:`METHODS`. The rest follows from
+the fields: the Hydra option ``compression=<name>`` with its run tag (``evals/conf_store.py``; a
+``conf/compression/<name>.yaml`` is optional and then checked against it by ``tests/test_conf_defaults.py``), the
+result-row and summary columns and report labels (:func:`knob_names`), lm-eval ``model_args``, and bench cases
+(:meth:`CompressionMethod.from_bench`).
 """
 
 from dataclasses import fields

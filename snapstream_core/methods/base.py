@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from collections.abc import Mapping
+from dataclasses import Field, asdict, dataclass, field, fields
 from typing import Any, ClassVar
 
 import torch
@@ -10,6 +11,13 @@ import torch
 POSITIONS = ("original", "in_cache")
 POOLINGS = ("max", "avg")
 GQA_AGGS = ("mean", "max")
+TAG = "tag"  # field metadata key: the knob's prefix in the run tag (``field(metadata={TAG: "cr"})``)
+
+
+def tag_prefix(f: Field) -> str:
+    """The knob's prefix in the run tag: ``metadata["tag"]`` if given, else the initials of its name
+    (``prompt_budget`` -> ``pb``, ``first_k`` -> ``fk``, ``window`` -> ``w``)."""
+    return f.metadata.get(TAG, "".join(word[0] for word in f.name.split("_") if word))
 
 
 @dataclass(frozen=True)
@@ -42,10 +50,17 @@ class Selection:
 
 @dataclass(frozen=True)
 class CompressionMethod:
-    """Base of the method dataclasses. Subclasses set ``method`` and implement :meth:`select`."""
+    """Base of the method dataclasses. Subclasses set ``method`` and implement :meth:`select`.
+
+    Every field is a knob and needs a default. ``tag_order`` orders the knobs in the run tag (the readable name of
+    a run directory, ``evals/conf_store.py``); empty: the class's own fields in definition order, then the shared
+    ones (``positions``). A field's tag prefix is ``field(metadata={"tag": ...})``, else its initials
+    (:func:`tag_prefix`).
+    """
 
     method: ClassVar[str] = "base"
-    positions: str = "original"
+    tag_order: ClassVar[tuple[str, ...]] = ()
+    positions: str = field(default="original", metadata={TAG: ""})
 
     def __post_init__(self) -> None:
         if self.positions not in POSITIONS:
@@ -79,6 +94,26 @@ class CompressionMethod:
     @classmethod
     def field_names(cls) -> list[str]:
         return [f.name for f in fields(cls)]
+
+    @classmethod
+    def tag_fields(cls) -> list[Field]:
+        """The knobs named in the run tag, in order: those :meth:`knobs` reports for the default instance (so
+        :class:`NoCompression` has none), ordered by ``tag_order``, else own fields first, shared ones last."""
+        applies = set(cls().knobs()) - {"method"}
+        by_name = {f.name: f for f in fields(cls) if f.name in applies}
+        shared = [f.name for f in fields(CompressionMethod)]
+        order = list(cls.tag_order) or [n for n in by_name if n not in shared] + [n for n in shared if n in by_name]
+        if sorted(order) != sorted(by_name):
+            raise ValueError(f"{cls.__name__}.tag_order: must list each knob once ({', '.join(by_name)}), got {order}")
+        return [by_name[n] for n in order]
+
+    @classmethod
+    def from_bench(cls, knobs: Mapping[str, Any]) -> CompressionMethod:
+        """The method at a benchmark's shared budgets (``bench.config.BenchConfig.shared_knobs``: ``prompt_budget,
+        recent, window, kernel, sinks``; every method at one KV footprint). Default: the knobs that are fields of
+        the class, the others at their defaults."""
+        names = cls.field_names()
+        return cls(**{k: v for k, v in knobs.items() if k in names})
 
 
 def check_positive(name: str, value: int, minimum: int = 1) -> None:

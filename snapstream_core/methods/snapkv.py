@@ -6,14 +6,16 @@ at the end of each layer's prefill attention, only when the prompt is longer tha
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import torch
 
 from snapstream_core.methods.base import (
     GQA_AGGS,
     POOLINGS,
+    TAG,
     CompressionMethod,
     PrefillView,
     Selection,
@@ -35,13 +37,17 @@ class SnapKV(CompressionMethod):
 
     method: ClassVar[str] = "snapkv"
     DEFAULT_PROMPT_BUDGET: ClassVar[int] = 1024
+    # the run tag as it was before tags were generated (``ratio`` came last): run directories keep their names
+    tag_order: ClassVar[tuple[str, ...]] = (
+        "prompt_budget", "window", "kernel", "pooling", "gqa_agg", "sinks", "positions", "ratio"
+    )
     prompt_budget: int | None = None  # None: DEFAULT_PROMPT_BUDGET, unless ratio is given
     window: int = 32
     kernel: int = 7
-    pooling: str = "max"
-    gqa_agg: str = "mean"
+    pooling: str = field(default="max", metadata={TAG: ""})
+    gqa_agg: str = field(default="mean", metadata={TAG: ""})
     sinks: int = 0
-    ratio: float | None = None  # None: the fixed prompt_budget
+    ratio: float | None = field(default=None, metadata={TAG: "cr"})  # None: the fixed prompt_budget
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -74,6 +80,11 @@ class SnapKV(CompressionMethod):
                 f"compression.prompt_budget: must exceed window + sinks ({self.window} + {self.sinks}), "
                 f"got {self.prompt_budget}"
             )
+
+    @classmethod
+    def from_bench(cls, knobs: Mapping[str, Any]) -> SnapKV:
+        """Benchmarks time pure SnapKV (``sinks=0``, the default): the bench's ``sinks`` are the ring methods'."""
+        return super().from_bench({k: v for k, v in knobs.items() if k != "sinks"})
 
     def budget(self, prompt_len: int) -> int:
         """Prompt tokens kept of a prompt of ``prompt_len`` tokens (padded length): ``min(prompt_len, prompt_budget)``,

@@ -7,8 +7,9 @@ The SnapStream recipe (arXiv 2511.03092). ``sinks`` first prompt tokens are alwa
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar
 
 from snapstream_core.methods.base import PrefillView, Selection, check_positive
 from snapstream_core.methods.snapkv import SnapKV
@@ -20,12 +21,21 @@ class SnapStream(SnapKV):
     and ``recent`` ring slots for decoded tokens."""
 
     method: ClassVar[str] = "snapstream"
+    tag_order: ClassVar[tuple[str, ...]] = (
+        "prompt_budget", "recent", "window", "kernel", "pooling", "gqa_agg", "sinks", "positions", "ratio"
+    )
     sinks: int = 4
     recent: int = 256  # as conf/compression/snapstream.yaml and the README: every Hydra run so far used 256
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_positive("recent", self.recent)
+
+    @classmethod
+    def from_bench(cls, knobs: Mapping[str, Any]) -> SnapStream:
+        """SnapKV's, with the bench's ``sinks`` (always kept by the selection)."""
+        method = super().from_bench(knobs)
+        return replace(method, sinks=knobs["sinks"]) if "sinks" in knobs else method
 
     @property
     def ring(self) -> int:

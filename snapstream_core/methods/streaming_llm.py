@@ -7,8 +7,9 @@ prefilled with full attention, then cut to ``sinks`` + the last ``recent`` token
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from snapstream_core.methods.base import (
     CompressionMethod,
@@ -28,6 +29,7 @@ class StreamingLLM(CompressionMethod):
 
     method: ClassVar[str] = "streaming_llm"
     DEFAULT_RECENT: ClassVar[int] = 1020
+    tag_order: ClassVar[tuple[str, ...]] = ("prompt_budget", "sinks", "recent", "positions")
     sinks: int = 4
     recent: int | None = None  # None: DEFAULT_RECENT, or prompt_budget - sinks when prompt_budget is given
     prompt_budget: int | None = None
@@ -49,6 +51,12 @@ class StreamingLLM(CompressionMethod):
                     f"(streaming_llm sets recent = prompt_budget - sinks = {derived}); give one of them"
                 )
             object.__setattr__(self, "recent", derived)
+
+    @classmethod
+    def from_bench(cls, knobs: Mapping[str, Any]) -> StreamingLLM:
+        """The same footprint as SnapStream's: ``sinks`` + a ring of ``prompt_budget + recent - sinks`` slots."""
+        sinks = knobs.get("sinks", cls.sinks)
+        return cls(sinks=sinks, recent=knobs["prompt_budget"] + knobs["recent"] - sinks)
 
     @property
     def ring(self) -> int:

@@ -1,0 +1,80 @@
+"""The Hydra group ``compression`` from the method dataclasses: every method in ``snapstream_core.methods.METHODS``
+is a ``compression=<name>`` option, with its knobs, defaults and run tag generated from its fields.
+
+``conf/compression/<name>.yaml`` is optional (documentation of a method's knobs; ``tests/test_conf_defaults.py``
+checks it equals what is generated here). Each file pulls in :data:`KNOBS_NODE` (every knob of every method, null),
+so one sweep can set a knob for all methods and a new method's knob needs no edit in the files of the others.
+Methods without a file are stored in Hydra's ``ConfigStore`` (as the structured configs of
+``hydra/core/config_store.py`` and lightning-hydra-template's ``configs/``): call :func:`register_methods` before
+composing (``evals/run.py``, ``evals/cli.py``). Nothing happens at import.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+CONF = Path(__file__).resolve().parent.parent / "conf"
+GROUP = "compression"
+KNOBS_NODE = "compression_knobs"  # a root config that conf/compression/*.yaml lists first in their defaults
+PROVIDER = "snapstream_core.methods"  # marks the nodes stored here (so that stale ones can be dropped)
+
+
+def run_tag(cls) -> str:
+    """The run tag of a method class, an interpolation over its knobs: ``<method>`` then ``<prefix>${.<knob>}``
+    for each knob of :meth:`CompressionMethod.tag_fields`, joined by ``-`` (``keep_first-fk${.first_k}``)."""
+    from snapstream_core.methods.base import tag_prefix
+
+    return "-".join([cls.method, *(f"{tag_prefix(f)}${{.{f.name}}}" for f in cls.tag_fields())])
+
+
+def own_defaults(cls) -> dict[str, Any]:
+    """The knobs the method has (``knobs()`` of its default instance) and their dataclass defaults."""
+    applies = set(cls().knobs())
+    return {f.name: f.default for f in fields(cls) if f.name in applies}
+
+
+def knobs_node() -> dict[str, Any]:
+    """Every knob of every registered method, null: the keys every ``compression`` option carries."""
+    from snapstream_core.methods import knob_names
+
+    return {"method": "???", **dict.fromkeys(knob_names()), "tag": "???"}
+
+
+def method_node(cls) -> dict[str, Any]:
+    """The ``compression=<name>`` node of a method: ``method``, every knob (its own at their defaults, the others
+    null) and ``tag`` (:func:`run_tag`)."""
+    return {**knobs_node(), "method": cls.method, **own_defaults(cls), "tag": run_tag(cls)}
+
+
+def has_yaml(name: str) -> bool:
+    return (CONF / GROUP / f"{name}.yaml").is_file()
+
+
+def options() -> list[str]:
+    """Every ``compression=`` option: the registered methods and any YAML file (a file without a method is
+    refused when built, by ``compression_from_config``)."""
+    from snapstream_core.methods import METHODS
+
+    return sorted({*METHODS, *(p.stem for p in (CONF / GROUP).glob("*.yaml"))})
+
+
+def register_methods() -> list[str]:
+    """Store :data:`KNOBS_NODE` and a node for every method of ``METHODS`` without a YAML file in Hydra's
+    ``ConfigStore`` (again on each call: the registry may have grown; nodes of methods no longer registered are
+    dropped). Returns the names stored as nodes."""
+    from hydra.core.config_store import ConfigStore
+
+    from snapstream_core.methods import METHODS
+
+    store = ConfigStore.instance()
+    store.store(name=KNOBS_NODE, node=knobs_node(), provider=PROVIDER)
+    group = store.repo.get(GROUP, {})
+    for key in [k for k, node in group.items() if node.provider == PROVIDER]:
+        if key.removesuffix(".yaml") not in METHODS or has_yaml(key.removesuffix(".yaml")):
+            del group[key]
+    stored = [name for name in METHODS if not has_yaml(name)]
+    for name in stored:
+        store.store(group=GROUP, name=name, node=method_node(METHODS[name]), provider=PROVIDER)
+    return stored
