@@ -21,9 +21,10 @@ NON_KNOBS = ("tag",)
 def compression_from_config(cfg: Mapping[str, Any]) -> CompressionMethod:
     """Build the method dataclass from ``{"method": ..., **knobs}``.
 
-    ``None`` knobs take the method's default; knobs of other methods are ignored (``method=none`` ignores them
-    all: the full cache, whatever the budget), so that one sweep can set a knob across methods. Unknown methods,
-    keys that are no method's knob (a misspelt name) and bad values raise ``ValueError`` naming the field.
+    ``None`` knobs take the method's default; knobs of other methods are not used, with a warning naming them
+    (``method=none`` uses none: the full cache, whatever the budget), so that one sweep can set a knob across
+    methods. Unknown methods, keys that are no method's knob (a misspelt name) and bad values raise ``ValueError``
+    naming the field.
     """
     cfg = {k: v for k, v in dict(cfg).items() if k not in NON_KNOBS and v is not None}
     name = cfg.pop("method", None)
@@ -41,8 +42,10 @@ def compression_from_config(cfg: Mapping[str, Any]) -> CompressionMethod:
     allowed = cls.field_names()
     ignored = sorted(k for k in cfg if k not in allowed)
     if ignored:
-        # Every Hydra `compression` file carries the same keys, so one sweep can set a knob for all methods.
-        log.debug("compression=%s ignores %s", name, ", ".join(ignored))
+        # Every Hydra `compression` node carries the same keys, so one sweep can set a knob for all methods; a knob
+        # the method does not have is said once (it is not in the run's tag, rows or fingerprint either).
+        log.warning("compression=%s has no knob %s: not used by this run", name,
+                    ", ".join(f"{k}={cfg[k]!r}" for k in ignored))
     return cls(**{k: v for k, v in cfg.items() if k in allowed})
 
 
