@@ -11,6 +11,19 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach the network
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+def _share_cores_between_workers() -> None:
+    """Under pytest-xdist (``make test -n JOBS``), each worker and the processes it starts get cores / workers
+    threads: two workers with two OpenMP threads each on two cores spin against each other several times slower."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        threads = str(max(1, (os.cpu_count() or 1) // workers))
+        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = threads
+        torch.set_num_threads(int(threads))
+
+
+_share_cores_between_workers()
+
+
 def tiny_config(**overrides):
     from transformers import LlamaConfig
 

@@ -84,7 +84,7 @@ def test_the_embedded_model_finds_the_key_with_the_full_cache(smollm2):
 
     model, tok = smollm2
     model.set_attn_implementation("sdpa")
-    items = needle.load(cfg(context_tokens=1200, limit=3))
+    items = needle.load(cfg(context_tokens=600, limit=3))
     prompts = []
     for item in items:
         p = needle.prompt(item, None, tokenizer=tok)

@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 import torch
 
+from evals.cli import precheck
 from evals.prompts import read_prompts
 from evals.runner import check, run
 from tasks import get_task
@@ -100,11 +101,14 @@ def test_every_row_leads_to_its_exact_prompt_and_meta_records_provenance(tmp_pat
     assert set(read_prompts(out / "prompts.jsonl.gz")) == set(prompts)
 
 
-def test_a_sweep_is_validated_whole_before_any_job_runs(tmp_path):
-    res = cli(["-m", *NEEDLE, "compression=snapkv", "compression.prompt_budget=16,128,24", f"out_root={tmp_path}"])
-    assert res.returncode == 2
-    err = res.stderr.strip().splitlines()
-    assert len(err) == 2 and "prompt_budget=16:" in err[0] and "prompt_budget=24:" in err[1], res.stderr
+def test_a_sweep_is_validated_whole_before_any_job_runs(tmp_path, capsys):
+    """``evals.run``'s precheck in-process (the whole command runs as a subprocess in the range sweep below)."""
+    with pytest.raises(SystemExit) as exit_:
+        precheck(["-m", *NEEDLE, "compression=snapkv", "compression.prompt_budget=16,128,24", f"out_root={tmp_path}"])
+    assert exit_.value.code == 2
+    stderr = capsys.readouterr().err
+    err = stderr.strip().splitlines()
+    assert len(err) == 2 and "prompt_budget=16:" in err[0] and "prompt_budget=24:" in err[1], stderr
     assert not tmp_path.exists() or not list(tmp_path.rglob("samples.jsonl"))  # 128 did not run either
 
 
