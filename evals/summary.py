@@ -30,6 +30,7 @@ import logging
 import math
 import re
 import sys
+from collections import Counter
 from types import ModuleType
 
 import numpy as np
@@ -50,6 +51,7 @@ FROM_ROWS = ("run_id", "fingerprint")  # one value per run: taken from its rows
 COST_UNITS = {"gen_tokens": "tokens", "kv_tokens_peak": "tokens", "kv_bytes_peak": "bytes", "latency_s": "s"}
 RATE = re.compile(r"^(accuracy|compensated|answered|key_prefix|pass@\d+|cons@\d+|share_\w+)$")
 BOOTSTRAP_ITERS = 200
+ItemTerms = tuple[np.ndarray, np.ndarray]  # (num, den), each (n_items,): a metric as sum(num) / sum(den)
 Z95 = 1.959963984540054
 
 
@@ -162,8 +164,7 @@ def item_resampler(rows: pd.DataFrame):
     return len(order), take
 
 
-def ratio_terms(task: ModuleType, rows: pd.DataFrame, cfg, point: pd.DataFrame) -> dict[int, tuple[np.ndarray,
-                                                                                                       np.ndarray]]:
+def ratio_terms(task: ModuleType, rows: pd.DataFrame, cfg, point: pd.DataFrame) -> dict[int, ItemTerms]:
     """Row ``j`` of ``point`` -> ``(num, den)``, each of shape ``(n_items,)`` in :func:`_item_order`, for the point
     rows that are ratios of item sums: the behaviour rows and what the task's ``item_terms`` hook gives (its rates
     scaled as :func:`metric_rows` scales them). A row is left out (so resampled through ``summarize``) when no terms
@@ -174,9 +175,10 @@ def ratio_terms(task: ModuleType, rows: pd.DataFrame, cfg, point: pd.DataFrame) 
     if own is not None:
         sources.append(_scale_rates(task, own(rows, cfg=cfg.task), "num"))
     keys = list(zip(point["metric"], point["group"]))
+    times = Counter(keys)
     seen = [set(zip(frame["metric"], frame["group"])) for frame in sources]
     twice = set.intersection(*seen) if len(seen) > 1 else set()  # a task metric named like a behaviour row
-    column = {key: j for j, key in enumerate(keys) if keys.count(key) == 1 and key not in twice}
+    column = {key: j for j, key in enumerate(keys) if times[key] == 1 and key not in twice}
     found = terms.concat(sources)
     order = _item_order(rows)
     where = {item: i for i, item in enumerate(order)}
@@ -193,12 +195,14 @@ def ratio_terms(task: ModuleType, rows: pd.DataFrame, cfg, point: pd.DataFrame) 
         total = den[:, j].sum()
         ratio = num[:, j].sum() / total if total > 0 else math.nan
         value = float(point["value"].iloc[j])
-        agree = (math.isnan(ratio) and math.isnan(value)) or math.isclose(ratio, value, rel_tol=1e-9, abs_tol=1e-9)
-        if j in bad or not agree:
+        if j in bad or not math.isclose(ratio, value, rel_tol=1e-9, abs_tol=1e-9):  # NaN agrees with nothing
             log.warning("%s: item terms of %s (%s) give %r, summarize %r: bootstrapped through summarize instead",
                         task.__name__, *keys[j], ratio, value)
             continue
         out[j] = (num[:, j], den[:, j])
+    if len(out) < len(keys):
+        log.debug("%s: resampled through summarize: %s", task.__name__,
+                  ", ".join(f"{m} ({g})" for j, (m, g) in enumerate(keys) if j not in out))
     return out
 
 
