@@ -66,6 +66,24 @@ def resample_indices(n: int, iters: int = ITERS, seed: int = SEED) -> np.ndarray
     return np.random.default_rng(seed).integers(0, n, size=(iters, n))
 
 
+def resample_counts(n: int, iters: int = ITERS, seed: int = SEED) -> np.ndarray:
+    """``(iters, n)``: how many times each item is drawn in each resample of :func:`resample_indices` (same draws
+    for the same ``n, iters, seed``)."""
+    idx = resample_indices(n, iters, seed)
+    counts = np.zeros((iters, n))
+    np.add.at(counts, (np.arange(iters)[:, None], idx), 1.0)
+    return counts
+
+
+def ratio_replicates(counts: np.ndarray, num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """``(iters, K)`` replicates of ``K`` ratios of item sums, ``sum_i num_i / sum_i den_i``, under the resamples
+    ``counts`` ``(iters, n)``: ``(counts @ num) / (counts @ den)`` with ``num, den`` of shape ``(n, K)`` (finite);
+    NaN where a resample draws no item with ``den_i > 0``."""
+    top, bottom = counts @ num, counts @ den
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(bottom > 0, top / np.where(bottom > 0, bottom, 1.0), np.nan)
+
+
 def _interval(replicates: np.ndarray, level: float) -> tuple[float, float]:
     tail = 100 * (1 - level) / 2
     lo, hi = np.percentile(replicates, [tail, 100 - tail])

@@ -15,7 +15,11 @@ limit, the row's ``truncated``), ``share_think_unclosed`` (a thinking model that
 
 Uncertainty: the task's ``summarize`` is recomputed on ``BOOTSTRAP_ITERS`` resamples of the **items** (an item keeps
 all its samples, so pass@k and cons@n resample problems with their samples); ``stderr`` is the replicates' standard
-deviation and ``ci_lo``/``ci_hi`` their 2.5/97.5 percentiles (:mod:`evals.stats`). A task that reports its own
+deviation and ``ci_lo``/``ci_hi`` their 2.5/97.5 percentiles (:mod:`evals.stats`). A metric that is a ratio of
+item sums (every behaviour row, and what the task's ``item_terms`` hook covers: :mod:`tasks.terms`) gets the same
+replicates from one matrix product over the resamples' item counts instead of a ``summarize`` per resample; its
+terms are checked against the point value first (a mismatch is logged and that metric takes the slow path). A task
+that reports its own
 standard errors (``REPORTS_STDERR``, lm-eval's ``<metric>_stderr,<filter>`` rows) has them moved into the ``stderr``
 column with a normal interval ``value ± 1.96 stderr``.
 """
@@ -26,14 +30,16 @@ import logging
 import math
 import re
 import sys
+from collections import Counter
 from types import ModuleType
 
 import numpy as np
 import pandas as pd
 
-from evals.stats import SEED, from_replicates, resample_indices
+from evals.stats import SEED, from_replicates, ratio_replicates, resample_counts, resample_indices
 from snapstream_core.methods import knob_names
 from snapstream_core.methods.base import CompressionMethod
+from tasks import terms
 from tasks.protocol import hook
 
 log = logging.getLogger(__name__)
@@ -45,6 +51,7 @@ FROM_ROWS = ("run_id", "fingerprint")  # one value per run: taken from its rows
 COST_UNITS = {"gen_tokens": "tokens", "kv_tokens_peak": "tokens", "kv_bytes_peak": "bytes", "latency_s": "s"}
 RATE = re.compile(r"^(accuracy|compensated|answered|key_prefix|pass@\d+|cons@\d+|share_\w+)$")
 BOOTSTRAP_ITERS = 200
+ItemTerms = tuple[np.ndarray, np.ndarray]  # (num, den), each (n_items,): a metric as sum(num) / sum(den)
 Z95 = 1.959963984540054
 
 
@@ -71,37 +78,49 @@ def rate_scale(task: ModuleType) -> float:
     return 100.0 if unit == "fraction" else 1.0
 
 
-def _share(mask: pd.Series, valid: pd.Series) -> dict | None:
-    if not valid.any():
-        return None
-    return {"group": "all", "value": 100.0 * float(mask[valid].mean()), "n": int(valid.sum())}
-
-
 def _truthy(values: pd.Series) -> pd.Series:
     return values.map(lambda v: str(v).strip().lower() in ("true", "1", "1.0"))
+
+
+def _behaviour(rows: pd.DataFrame, thinking: bool) -> list[tuple[str, pd.Series, pd.Series, float]]:
+    """``(metric, values, valid, scale)`` per behaviour metric: its value is ``scale * mean(values[valid])`` (one
+    value per row), reported when some row is valid."""
+    out = []
+    for col in COST_UNITS:
+        if col in rows.columns:
+            values = pd.to_numeric(rows[col], errors="coerce")
+            out.append((f"mean_{col}", values, values.notna(), 1.0))
+    if "finish_reason" in rows.columns:
+        out.append(("share_gen_truncated", rows["finish_reason"] == "length", rows["finish_reason"].notna(), 100.0))
+    if "truncated" in rows.columns:
+        out.append(("share_prompt_truncated", _truthy(rows["truncated"]), rows["truncated"].notna(), 100.0))
+    if thinking and "thinking_closed" in rows.columns:
+        out.append(("share_think_unclosed", ~_truthy(rows["thinking_closed"]), rows["thinking_closed"].notna(),
+                    100.0))
+    return out
 
 
 def behaviour_rows(rows: pd.DataFrame, thinking: bool = False) -> list[dict]:
     """Means of the cost columns and the shares truncated (and, for a ``thinking`` model, unclosed), over the rows
     (one per sample)."""
-    out = []
-    for col in COST_UNITS:
-        if col in rows.columns:
-            values = pd.to_numeric(rows[col], errors="coerce").dropna()
-            if len(values):
-                out.append({"metric": f"mean_{col}", "group": "all", "value": float(values.mean()), "n": len(values)})
-    shares = {}
-    if "finish_reason" in rows.columns:
-        shares["share_gen_truncated"] = (rows["finish_reason"] == "length", rows["finish_reason"].notna())
-    if "truncated" in rows.columns:
-        shares["share_prompt_truncated"] = (_truthy(rows["truncated"]), rows["truncated"].notna())
-    if thinking and "thinking_closed" in rows.columns:
-        shares["share_think_unclosed"] = (~_truthy(rows["thinking_closed"]), rows["thinking_closed"].notna())
-    for name, (mask, valid) in shares.items():
-        row = _share(mask, valid)
-        if row:
-            out.append({"metric": name, **row})
-    return out
+    return [{"metric": name, "group": "all", "value": scale * float(values[valid].mean()), "n": int(valid.sum())}
+            for name, values, valid, scale in _behaviour(rows, thinking) if valid.any()]
+
+
+def behaviour_terms(rows: pd.DataFrame, thinking: bool = False) -> pd.DataFrame:
+    """:func:`behaviour_rows` as item terms (row means, :func:`tasks.terms.row_mean`)."""
+    return terms.concat(terms.row_mean(rows["item_id"][valid], scale * values[valid].astype(float), name)
+                        for name, values, valid, scale in _behaviour(rows, thinking))
+
+
+def _scale_rates(task: ModuleType, frame: pd.DataFrame, column: str) -> pd.DataFrame:
+    """``frame`` with ``column`` scaled to percent on the rate metrics of a ``RATE_UNIT = "fraction"`` task."""
+    scale = rate_scale(task)
+    if scale != 1.0:
+        frame = frame.copy()
+        is_rate = frame["metric"].map(lambda m: bool(RATE.match(str(m))))
+        frame.loc[is_rate, column] = frame.loc[is_rate, column].astype(float) * scale
+    return frame
 
 
 def metric_rows(task: ModuleType, rows: pd.DataFrame, cfg) -> pd.DataFrame:
@@ -110,11 +129,7 @@ def metric_rows(task: ModuleType, rows: pd.DataFrame, cfg) -> pd.DataFrame:
     missing = {"metric", "group", "value", "n"} - set(metrics.columns)
     if missing:
         raise TypeError(f"{task.__name__}.summarize must return columns metric, group, value, n (missing {missing})")
-    metrics = metrics[["metric", "group", "value", "n"]].copy()
-    scale = rate_scale(task)
-    if scale != 1.0:
-        is_rate = metrics["metric"].map(lambda m: bool(RATE.match(str(m))))
-        metrics.loc[is_rate, "value"] = metrics.loc[is_rate, "value"].astype(float) * scale
+    metrics = _scale_rates(task, metrics[["metric", "group", "value", "n"]].copy(), "value")
     shared = pd.DataFrame(behaviour_rows(rows, bool(cfg.model.get("thinking", False))), columns=metrics.columns)
     return pd.concat([metrics, shared], ignore_index=True)
 
@@ -127,11 +142,16 @@ def _unit(metric: str) -> str:
     return ""
 
 
+def _item_order(rows: pd.DataFrame) -> list[str]:
+    """The run's item ids (as strings) in the order they first appear: the items the resamples index."""
+    return list(dict.fromkeys(rows["item_id"].astype(str).to_numpy()))
+
+
 def item_resampler(rows: pd.DataFrame):
     """``(n_items, take)``: ``take(idx)`` gives the rows of items ``idx`` (with repeats; a repeated item gets a new
     ``item_id`` ``<id>#<j>`` so that it counts as many times as it was drawn)."""
     ids = rows["item_id"].astype(str).to_numpy()
-    order = list(dict.fromkeys(ids))
+    order = _item_order(rows)
     blocks = rows.groupby(ids, sort=False).indices
     positions = [blocks[i] for i in order]
 
@@ -144,9 +164,55 @@ def item_resampler(rows: pd.DataFrame):
     return len(order), take
 
 
+def ratio_terms(task: ModuleType, rows: pd.DataFrame, cfg, point: pd.DataFrame) -> dict[int, ItemTerms]:
+    """Row ``j`` of ``point`` -> ``(num, den)``, each of shape ``(n_items,)`` in :func:`_item_order`, for the point
+    rows that are ratios of item sums: the behaviour rows and what the task's ``item_terms`` hook gives (its rates
+    scaled as :func:`metric_rows` scales them). A row is left out (so resampled through ``summarize``) when no terms
+    cover it, when its key ``(metric, group)`` is not unique, or when ``sum(num) / sum(den)`` is not its point value
+    (a warning: the hook disagrees with ``summarize``)."""
+    own = hook(task, "item_terms")
+    sources = [behaviour_terms(rows, bool(cfg.model.get("thinking", False)))]
+    if own is not None:
+        sources.append(_scale_rates(task, own(rows, cfg=cfg.task), "num"))
+    keys = list(zip(point["metric"], point["group"]))
+    times = Counter(keys)
+    seen = [set(zip(frame["metric"], frame["group"])) for frame in sources]
+    twice = set.intersection(*seen) if len(seen) > 1 else set()  # a task metric named like a behaviour row
+    column = {key: j for j, key in enumerate(keys) if times[key] == 1 and key not in twice}
+    found = terms.concat(sources)
+    order = _item_order(rows)
+    where = {item: i for i, item in enumerate(order)}
+    col = np.array([column.get(key, -1) for key in zip(found["metric"], found["group"])], dtype=int)
+    item = np.array([where.get(i, -1) for i in found["item_id"].astype(str)], dtype=int)
+    num_in, den_in = found["num"].to_numpy(dtype=float), found["den"].to_numpy(dtype=float)
+    bad = {int(j) for j in col[(col >= 0) & ((item < 0) | ~np.isfinite(num_in) | ~np.isfinite(den_in))]}
+    keep = (col >= 0) & (item >= 0)
+    num, den = np.zeros((len(order), len(keys))), np.zeros((len(order), len(keys)))
+    np.add.at(num, (item[keep], col[keep]), num_in[keep])
+    np.add.at(den, (item[keep], col[keep]), den_in[keep])
+    out = {}
+    for j in sorted(set(col[col >= 0].tolist())):
+        total = den[:, j].sum()
+        ratio = num[:, j].sum() / total if total > 0 else math.nan
+        value = float(point["value"].iloc[j])
+        if j in bad or not math.isclose(ratio, value, rel_tol=1e-9, abs_tol=1e-9):  # NaN agrees with nothing
+            log.warning("%s: item terms of %s (%s) give %r, summarize %r: bootstrapped through summarize instead",
+                        task.__name__, *keys[j], ratio, value)
+            continue
+        out[j] = (num[:, j], den[:, j])
+    if len(out) < len(keys):
+        log.debug("%s: resampled through summarize: %s", task.__name__,
+                  ", ".join(f"{m} ({g})" for j, (m, g) in enumerate(keys) if j not in out))
+    return out
+
+
 def with_uncertainty(task: ModuleType, rows: pd.DataFrame, cfg, *, iters: int = BOOTSTRAP_ITERS,
-                     seed: int = SEED) -> pd.DataFrame:
-    """:func:`metric_rows` plus ``stderr, ci_lo, ci_hi, unit`` (NaN where a value has no spread to estimate)."""
+                     seed: int = SEED, fast: bool = True) -> pd.DataFrame:
+    """:func:`metric_rows` plus ``stderr, ci_lo, ci_hi, unit`` (NaN where a value has no spread to estimate).
+
+    The replicates of the rows :func:`ratio_terms` covers come from :func:`evals.stats.ratio_replicates` on the
+    resamples' item counts; the others from ``summarize`` on each resample (``fast=False``: every row so, the
+    reference the fast path is tested against). Both use the same resamples, so the numbers agree."""
     point = metric_rows(task, rows, cfg).reset_index(drop=True)
     if hook(task, "REPORTS_STDERR"):
         return fold_own_stderr(point)
@@ -154,13 +220,20 @@ def with_uncertainty(task: ModuleType, rows: pd.DataFrame, cfg, *, iters: int = 
     n_items, take = item_resampler(rows)
     reps = np.full((iters, len(keys)), np.nan)
     if n_items >= 2:
-        where = {key: j for j, key in enumerate(keys)}
-        for i, idx in enumerate(resample_indices(n_items, iters, seed)):
-            sample = metric_rows(task, take(idx), cfg)
-            for m, g, v in zip(sample["metric"], sample["group"], sample["value"]):
-                j = where.get((m, g))
-                if j is not None:
-                    reps[i, j] = v
+        covered = ratio_terms(task, rows, cfg, point) if fast else {}
+        if covered:
+            cols = sorted(covered)
+            num = np.stack([covered[j][0] for j in cols], axis=1)  # (n_items, K)
+            den = np.stack([covered[j][1] for j in cols], axis=1)
+            reps[:, cols] = ratio_replicates(resample_counts(n_items, iters, seed), num, den)
+        where = {key: j for j, key in enumerate(keys) if j not in covered}
+        if where:
+            for i, idx in enumerate(resample_indices(n_items, iters, seed)):
+                sample = metric_rows(task, take(idx), cfg)
+                for m, g, v in zip(sample["metric"], sample["group"], sample["value"]):
+                    j = where.get((m, g))
+                    if j is not None:
+                        reps[i, j] = v
     est = [from_replicates(float(v), reps[:, j], n_items) for j, v in enumerate(point["value"])]
     point["stderr"] = [e.stderr for e in est]
     point["ci_lo"] = [e.ci_lo for e in est]

@@ -34,6 +34,7 @@ from typing import Any
 
 import pandas as pd
 
+from tasks import terms
 from tasks.base import Prompt, bundled_path
 
 PRIMARY_METRIC = "accuracy"
@@ -190,7 +191,24 @@ def summarize(rows: pd.DataFrame, *, cfg=None) -> pd.DataFrame:
         {"metric": "accuracy", "group": "all", "value": correct.mean(), "n": len(rows)},
         {"metric": "key_prefix", "group": "all", "value": 100 * prefix.mean(), "n": len(rows)},
     ]
-    thirds = pd.cut(rows["depth"].astype(float), [-0.01, 1 / 3, 2 / 3, 1.0], labels=["early", "middle", "late"])
-    for name, part in correct.groupby(thirds, observed=True):
+    for name, part in correct.groupby(_thirds(rows), observed=True):
         out.append({"metric": "accuracy", "group": f"depth={name}", "value": part.mean(), "n": len(part)})
     return pd.DataFrame(out)
+
+
+def item_terms(rows: pd.DataFrame, *, cfg=None) -> pd.DataFrame:
+    """Every metric of :func:`summarize` as a row mean (:func:`tasks.terms.row_mean`): the bootstrap's input."""
+    correct = rows["correct"].astype(float) * 100
+    prefix = pd.Series([100 * key_prefix(p, a) for p, a in zip(rows["prediction"], rows["answer"])], index=rows.index)
+    ids = rows["item_id"]
+    parts = [terms.row_mean(ids, correct, "accuracy"), terms.row_mean(ids, prefix, "key_prefix")]
+    thirds = _thirds(rows)
+    for name in thirds.dropna().unique():
+        part = thirds == name
+        parts.append(terms.row_mean(ids[part], correct[part], "accuracy", f"depth={name}"))
+    return terms.concat(parts)
+
+
+def _thirds(rows: pd.DataFrame) -> pd.Series:
+    """The depth third of each row: ``early``, ``middle``, ``late`` (NaN without a depth)."""
+    return pd.cut(rows["depth"].astype(float), [-0.01, 1 / 3, 2 / 3, 1.0], labels=["early", "middle", "late"])

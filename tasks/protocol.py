@@ -61,6 +61,10 @@ OPTIONAL_HOOKS: dict[str, str] = {
     "protocol_name": "protocol_name(cfg) -> str: the grading protocol of the run, recorded in meta.json. Without "
                      "it: None (the task grades one way).",
     "per_problem": "per_problem(rows) -> DataFrame: a per-item table the report adds (AIME).",
+    "item_terms": "item_terms(rows, *, cfg) -> DataFrame[item_id, metric, group, num, den]: summarize()'s metrics "
+                  "that are ratios of item sums, value = sum(num) / sum(den) (tasks.terms), so that evals.summary "
+                  "bootstraps them with a matrix product. Without it (or for a metric it leaves out): summarize() "
+                  "re-run on every resample.",
     "PRIMARY_METRIC": "PRIMARY_METRIC: str | None: the metric the report plots. Without it (or None): the first "
                       "metric summarize() reports.",
     "REPORT_METRICS": "REPORT_METRICS: tuple[str, ...]: the metrics the report tabulates by method and budget "

@@ -11,13 +11,15 @@ import pytest
 from omegaconf import OmegaConf
 
 from evals.summary import fold_own_stderr, with_uncertainty
+from tasks import terms
 
 CFG = OmegaConf.create({"task": {}, "model": {"thinking": False}})
 
 
-def toy_task(unit: str) -> types.ModuleType:
-    """A task whose one metric is the mean over items of the per-item mean of ``correct`` (as pass@1)."""
-    module = types.ModuleType(f"toy_{unit}")
+def toy_task(unit: str, with_terms: bool = True) -> types.ModuleType:
+    """A task whose one metric is the mean over items of the per-item mean of ``correct`` (as pass@1), with its
+    ``item_terms`` (the fast bootstrap) unless ``with_terms`` is False (``summarize`` on every resample)."""
+    module = types.ModuleType(f"toy_{unit}_{with_terms}")
     module.RATE_UNIT = unit
     scale = 1.0 if unit == "fraction" else 100.0
 
@@ -27,6 +29,9 @@ def toy_task(unit: str) -> types.ModuleType:
                               "n": len(per_item)}])
 
     module.summarize = summarize
+    if with_terms:
+        module.item_terms = lambda rows, *, cfg=None: terms.item_mean(
+            scale * rows.groupby("item_id")["correct"].mean(), "pass@1")
     return module
 
 
@@ -41,14 +46,16 @@ def metric(frame: pd.DataFrame, name: str) -> pd.Series:
     return row
 
 
-def test_resamples_items_with_their_samples_and_reports_percent():
+@pytest.mark.parametrize("with_terms", [True, False])
+def test_resamples_items_with_their_samples_and_reports_percent(with_terms):
     # items A (both samples right) and B (both wrong): a resample of 2 items has mean 0, 50 or 100 with probabilities
     # 1/4, 1/2, 1/4, so the bootstrap stderr is sqrt(1/8) * 100 = 35.4 and the interval [0, 100]; resampling the
     # 4 samples instead would give sqrt(1/16) * 100 = 25
-    out = with_uncertainty(toy_task("fraction"), rows({"A": [1, 1], "B": [0, 0]}), CFG, iters=1000)
+    iters = 1000 if with_terms else 300
+    out = with_uncertainty(toy_task("fraction", with_terms), rows({"A": [1, 1], "B": [0, 0]}), CFG, iters=iters)
     p = metric(out, "pass@1")
     assert (p["value"], p["unit"], p["n"]) == (50.0, "%", 2)  # the fraction 0.5 scaled to percent
-    assert p["stderr"] == pytest.approx(100 * math.sqrt(1 / 8), abs=3.0)
+    assert p["stderr"] == pytest.approx(100 * math.sqrt(1 / 8), abs=3.0 if with_terms else 5.0)
     assert (p["ci_lo"], p["ci_hi"]) == (0.0, 100.0)
     cut = metric(out, "share_gen_truncated")
     assert (cut["value"], cut["unit"], cut["n"]) == (50.0, "%", 4)
@@ -58,10 +65,12 @@ def test_resamples_items_with_their_samples_and_reports_percent():
     assert "share_think_unclosed" not in set(out["metric"])  # not a thinking model
 
 
-def test_a_constant_outcome_has_zero_spread_and_one_item_has_none():
-    same = metric(with_uncertainty(toy_task("percent"), rows({"A": [1], "B": [1], "C": [1]}), CFG), "pass@1")
+@pytest.mark.parametrize("with_terms", [True, False])
+def test_a_constant_outcome_has_zero_spread_and_one_item_has_none(with_terms):
+    task = toy_task("percent", with_terms)
+    same = metric(with_uncertainty(task, rows({"A": [1], "B": [1], "C": [1]}), CFG, iters=50), "pass@1")
     assert (same["value"], same["stderr"], same["ci_lo"], same["ci_hi"]) == (100.0, 0.0, 100.0, 100.0)
-    one = metric(with_uncertainty(toy_task("percent"), rows({"A": [1, 0]}), CFG), "pass@1")
+    one = metric(with_uncertainty(task, rows({"A": [1, 0]}), CFG), "pass@1")
     assert one["value"] == 50.0 and math.isnan(one["stderr"]) and math.isnan(one["ci_lo"])
 
 

@@ -32,14 +32,14 @@ from typing import Any
 from tasks.aime24.data import Item, load
 from tasks.aime24.data import validate as _validate_data
 from tasks.aime24.grader import DEFAULT_TIMEOUT_S, canonical_answer, grade, grade_lighteval
-from tasks.aime24.summary import per_problem, summarize
+from tasks.aime24.summary import item_terms, per_problem, summarize
 from tasks.base import THINK_CLOSE, Prompt, r1_prefill, split_thinking
 from tasks.source import protocol_of
 
 PRIMARY_METRIC = "pass@1"
 
-__all__ = ["PRIMARY_METRIC", "PROTOCOLS", "Item", "answer_part", "load", "per_problem", "prompt", "protocol_name",
-           "score", "score_many", "summarize", "validate"]
+__all__ = ["PRIMARY_METRIC", "PROTOCOLS", "Item", "answer_part", "item_terms", "load", "per_problem", "prompt",
+           "protocol_name", "score", "score_many", "summarize", "validate"]
 
 PROTOCOLS = ("lighteval", "boxed")
 

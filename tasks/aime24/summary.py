@@ -28,6 +28,7 @@ from typing import Any
 
 import pandas as pd
 
+from tasks import terms
 from tasks.metrics import ks_up_to, majority, pass_at_k
 
 log = logging.getLogger(__name__)
@@ -115,6 +116,36 @@ def summarize(rows: pd.DataFrame, *, cfg: Any = None) -> pd.DataFrame:
             add("answered", sample_rows["prediction"].map(prediction_key).notna().mean(), len(sample_rows),
                 f"exam={exam}")
     return pd.DataFrame(out, columns=SUMMARY_COLUMNS)
+
+
+def item_terms(rows: pd.DataFrame, *, cfg: Any = None) -> pd.DataFrame:
+    """The metrics of :func:`summarize` that are ratios of item sums (:mod:`tasks.terms`): ``pass@1`` and
+    ``pass@k`` (item means), ``answered`` (a row mean), per exam too, and ``cons@n`` (an item mean) when every
+    problem has the same number of samples. Left out, so bootstrapped by re-running :func:`summarize`: ``cons@n``
+    when sample counts vary (a resample without a problem of ``n`` samples reports another ``cons@``), and
+    ``answered`` per exam when some problem's rows name two exams (the row filter then differs from the problem's)."""
+    problems = per_problem(rows)
+    if problems.empty:
+        return terms.concat([])
+    problems.index = problems["item_id"].astype(str)
+    n_min, n_max = int(problems["n"].min()), int(problems["n"].max())
+    parts = [terms.item_mean(problems["pass@1"], "pass@1")]
+    for k in ks_up_to(n_min, KS):
+        if k > 1:
+            scores = [pass_at_k(int(n), int(c), k) for n, c in zip(problems["n"], problems["n_correct"])]
+            parts.append(terms.item_mean(pd.Series(scores, index=problems.index), f"pass@{k}"))
+    if 1 < n_max == n_min:
+        parts.append(terms.item_mean(problems["cons_correct"].astype(float), f"cons@{n_max}"))
+    answered = rows["prediction"].map(prediction_key).notna().astype(float)
+    parts.append(terms.row_mean(rows["item_id"], answered, "answered"))
+    if "exam" in rows:
+        one_exam = bool((rows.groupby(rows["item_id"].astype(str))["exam"].nunique() <= 1).all())
+        for exam, group in problems.dropna(subset=["exam"]).groupby("exam", sort=True):
+            parts.append(terms.item_mean(group["pass@1"], "pass@1", f"exam={exam}"))
+            if one_exam:
+                mask = rows["exam"] == exam
+                parts.append(terms.row_mean(rows["item_id"][mask], answered[mask], "answered", f"exam={exam}"))
+    return terms.concat(parts)
 
 
 def _as_correct(value: Any) -> float:

@@ -30,8 +30,8 @@ from tasks.source import cfg_get
 
 PRIMARY_METRIC = "pass@1"
 
-__all__ = ["OUTCOMES", "PROTOCOLS", "Problem", "answer_part", "load", "prompt", "protocol_name", "score", "score_many",
-           "summarize", "validate"]
+__all__ = ["OUTCOMES", "PROTOCOLS", "Problem", "answer_part", "item_terms", "load", "prompt", "protocol_name", "score",
+           "score_many", "summarize", "validate"]
 
 
 def protocol_name(cfg: Any) -> str:
@@ -120,3 +120,10 @@ def summarize(rows: Any, *, cfg: Any = None) -> Any:
     from tasks.livecodebench.summary import summarize_rows
 
     return summarize_rows(rows, _ks(cfg))
+
+
+def item_terms(rows: Any, *, cfg: Any = None) -> Any:
+    """The metrics of :func:`summarize` as per-item sums (:mod:`tasks.terms`), for the bootstrap."""
+    from tasks.livecodebench.summary import item_terms_rows
+
+    return item_terms_rows(rows, _ks(cfg))

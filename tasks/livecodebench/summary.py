@@ -15,6 +15,7 @@ from collections.abc import Iterable
 
 import pandas as pd
 
+from tasks import terms
 from tasks.livecodebench.grader import OUTCOMES
 from tasks.livecodebench.problem import DIFFICULTIES
 from tasks.metrics import pass_at_k
@@ -36,16 +37,18 @@ def _groups(rows: pd.DataFrame) -> Iterable[tuple[str, pd.DataFrame]]:
             yield f"{name}={value}", rows[rows[name] == value]
 
 
-def _pass_rows(group: str, subset: pd.DataFrame, ks: Iterable[int]) -> list[dict]:
+def _pass_scores(subset: pd.DataFrame, ks: Iterable[int]) -> dict[int, pd.Series]:
+    """Per k that every problem of ``subset`` supports: the problems' pass@k (index ``item_id``)."""
     per_item = subset.groupby("item_id", sort=False)["_pass"].agg(["size", "sum"])
     n_min = int(per_item["size"].min())
-    out = []
-    for k in sorted(set(ks)):
-        if k > n_min:
-            continue
-        scores = [pass_at_k(int(n), int(c), k) for n, c in zip(per_item["size"], per_item["sum"])]
-        out.append({"metric": f"pass@{k}", "group": group, "value": sum(scores) / len(scores), "n": len(scores)})
-    return out
+    return {k: pd.Series([pass_at_k(int(n), int(c), k) for n, c in zip(per_item["size"], per_item["sum"])],
+                         index=per_item.index, dtype=float)
+            for k in sorted(set(ks)) if k <= n_min}
+
+
+def _pass_rows(group: str, subset: pd.DataFrame, ks: Iterable[int]) -> list[dict]:
+    return [{"metric": f"pass@{k}", "group": group, "value": sum(scores) / len(scores), "n": len(scores)}
+            for k, scores in _pass_scores(subset, ks).items()]
 
 
 def _share_rows(group: str, subset: pd.DataFrame) -> list[dict]:
@@ -54,16 +57,22 @@ def _share_rows(group: str, subset: pd.DataFrame) -> list[dict]:
              "n": len(subset)} for name in OUTCOMES]
 
 
-def summarize_rows(rows: pd.DataFrame, ks: Iterable[int] = DEFAULT_KS) -> pd.DataFrame:
-    """Long-format metrics (columns ``metric, group, value, n``) for the rows of one run."""
-    columns = ["metric", "group", "value", "n"]
+def _with_pass(rows: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` (checked) with ``_pass``: 1 where ``correct`` means every test passed."""
     for name in ("item_id", "correct"):
         if name not in rows.columns:
             raise ValueError(f"summarize: result rows lack the column '{name}'")
-    if rows.empty:
-        return pd.DataFrame(columns=columns)
     rows = rows.copy()
     rows["_pass"] = rows["correct"].map(lambda v: bool(v) and v == v and float(v) >= 1.0).astype(int)
+    return rows
+
+
+def summarize_rows(rows: pd.DataFrame, ks: Iterable[int] = DEFAULT_KS) -> pd.DataFrame:
+    """Long-format metrics (columns ``metric, group, value, n``) for the rows of one run."""
+    columns = ["metric", "group", "value", "n"]
+    rows = _with_pass(rows)
+    if rows.empty:
+        return pd.DataFrame(columns=columns)
     records: list[dict] = []
     for group, subset in _groups(rows):
         records += _pass_rows(group, subset, ks)
@@ -71,3 +80,20 @@ def summarize_rows(rows: pd.DataFrame, ks: Iterable[int] = DEFAULT_KS) -> pd.Dat
         for group, subset in _groups(rows):
             records += _share_rows(group, subset)
     return pd.DataFrame.from_records(records, columns=columns)
+
+
+def item_terms_rows(rows: pd.DataFrame, ks: Iterable[int] = DEFAULT_KS) -> pd.DataFrame:
+    """Every metric of :func:`summarize_rows` as a ratio of item sums (:mod:`tasks.terms`): pass@k an item mean
+    within its group (a resample keeps every k of the full run: its problems have at least as many samples),
+    ``share_<outcome>`` a row mean."""
+    rows = _with_pass(rows)
+    if rows.empty:
+        return terms.concat([])
+    parts = []
+    for group, subset in _groups(rows):
+        parts += [terms.item_mean(scores, f"pass@{k}", group) for k, scores in _pass_scores(subset, ks).items()]
+    if "outcome" in rows.columns:
+        for group, subset in _groups(rows):
+            parts += [terms.row_mean(subset["item_id"], (subset["outcome"] == name).astype(float), f"share_{name}",
+                                     group) for name in OUTCOMES]
+    return terms.concat(parts)

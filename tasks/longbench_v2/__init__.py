@@ -11,9 +11,9 @@ official protocol of ``pred.py``/``result.py``: 503 four-choice questions over c
 from tasks.longbench_v2.data import Item, load, validate
 from tasks.longbench_v2.grader import PROTOCOLS, extract_answer, protocol_name, score
 from tasks.longbench_v2.prompts import followup, prompt
-from tasks.longbench_v2.summary import summarize
+from tasks.longbench_v2.summary import item_terms, summarize
 
 PRIMARY_METRIC = "accuracy"
 
-__all__ = ["PRIMARY_METRIC", "PROTOCOLS", "Item", "extract_answer", "followup", "load", "prompt", "protocol_name",
-           "score", "summarize", "validate"]
+__all__ = ["PRIMARY_METRIC", "PROTOCOLS", "Item", "extract_answer", "followup", "item_terms", "load", "prompt",
+           "protocol_name", "score", "summarize", "validate"]

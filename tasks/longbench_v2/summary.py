@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from tasks import terms
 from tasks.longbench_v2.data import DIFFICULTIES, LENGTHS
 
 COLUMNS = ["metric", "group", "value", "n"]
@@ -29,11 +30,32 @@ def summarize(rows: pd.DataFrame, *, cfg: object = None) -> pd.DataFrame:
     and the breakdown columns ``difficulty, length, domain`` (those absent are skipped)."""
     if rows.empty:
         return pd.DataFrame(columns=COLUMNS)
-    skipped = rows["skipped"].fillna(False).astype(bool) if "skipped" in rows.columns else pd.Series(False, rows.index)
+    skipped, groups = _split(rows)
     skipped_row = {"metric": "skipped", "group": "all", "value": 100.0 * float(skipped.mean()), "n": len(rows)}
+    out = [{"metric": metric, "group": name, "value": 100.0 * float(part[metric].mean()), "n": len(part)}
+           for metric in METRICS for name, part in groups]
+    return pd.DataFrame([*out, skipped_row], columns=COLUMNS)
+
+
+def item_terms(rows: pd.DataFrame, *, cfg: object = None) -> pd.DataFrame:
+    """Every metric of :func:`summarize` as a ratio of item sums (:mod:`tasks.terms`): ``accuracy``,
+    ``compensated`` and ``answered`` are item means within each group, ``skipped`` a row mean."""
+    if rows.empty:
+        return terms.concat([])
+    skipped, groups = _split(rows)
+    parts = [terms.row_mean(rows["item_id"], 100.0 * skipped.astype(float), "skipped")]
+    parts += [terms.item_mean(100.0 * part[metric], metric, name) for metric in METRICS for name, part in groups]
+    return terms.concat(parts)
+
+
+def _split(rows: pd.DataFrame) -> tuple[pd.Series, list[tuple[str, pd.DataFrame]]]:
+    """``(skipped, groups)``: which rows are skipped (bool per row), and per group (``all``, then each breakdown
+    value in the official order) the per-item table of the kept rows (index ``item_id``, one column per metric:
+    the item's mean over its kept samples)."""
+    skipped = rows["skipped"].fillna(False).astype(bool) if "skipped" in rows.columns else pd.Series(False, rows.index)
     rows = rows[~skipped.to_numpy()]
     if rows.empty:
-        return pd.DataFrame([skipped_row], columns=COLUMNS)
+        return skipped, []
     per_row = pd.DataFrame({
         "item_id": rows["item_id"].astype(str),
         "accuracy": _as_score(rows["correct"]),
@@ -52,10 +74,7 @@ def summarize(rows: pd.DataFrame, *, cfg: object = None) -> pd.DataFrame:
         present = list(dict.fromkeys(per_item[field]))
         values = [v for v in order if v in present] + sorted(v for v in present if v not in order)
         groups += [(f"{field}={v}", per_item[per_item[field] == v]) for v in values]
-
-    out = [{"metric": metric, "group": name, "value": 100.0 * float(part[metric].mean()), "n": len(part)}
-           for metric in METRICS for name, part in groups]
-    return pd.DataFrame([*out, skipped_row], columns=COLUMNS)
+    return skipped, groups
 
 
 def _as_score(values: pd.Series) -> pd.Series:
