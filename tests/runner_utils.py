@@ -17,11 +17,11 @@ CONF = ROOT / "conf"
 TINY = ["model=tiny_llama"]
 
 
-def compose_cfg(overrides: list[str]):
+def compose_cfg(overrides: list[str], return_hydra_config: bool = False):
     register_methods()  # as evals/run.py does before composing
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose(config_name="config", overrides=overrides)
+        return compose(config_name="config", overrides=overrides, return_hydra_config=return_hydra_config)
 
 
 def cli(args: list[str], timeout: int = 300, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -178,8 +178,10 @@ def test_the_command_line_prints_one_line_and_exits_2(tmp_path, capsys, args, me
 
 
 def test_the_paper_grid_composes_for_slurm():
-    res = cli(["+experiment=paper", "hydra/launcher=slurm", "--cfg", "hydra"], timeout=120)
-    assert res.returncode == 0, res.stderr[-2000:]
-    assert "SlurmLauncher" in res.stdout and "gpus_per_node: 1" in res.stdout
-    job = cli(["+experiment=paper", "--cfg", "job"], timeout=120)
-    assert job.returncode == 0 and "llama31_8b_instruct" in job.stdout
+    """What ``python -m evals.run +experiment=paper hydra/launcher=slurm --cfg hydra`` prints, composed in-process."""
+    from omegaconf import OmegaConf
+
+    cfg = compose_cfg(["+experiment=paper", "hydra/launcher=slurm"], return_hydra_config=True)
+    hydra_text = OmegaConf.to_yaml(cfg.hydra)
+    assert "SlurmLauncher" in hydra_text and "gpus_per_node: 1" in hydra_text
+    assert cfg.model.name == "llama31_8b_instruct" and "r1_distill_llama_8b" in cfg.hydra.sweeper.params.model
