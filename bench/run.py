@@ -23,6 +23,7 @@ from bench import markdown, plots, report
 from bench.cases import Group, effective_contexts, plan
 from bench.config import BenchConfig, config_from_dict, parse_tokens, preset
 from bench.models import REPO, max_positions
+from snapstream_core.methods import METHODS
 
 log = logging.getLogger("bench")
 QUICK = dict(
@@ -37,7 +38,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[BenchConfig, argparse.Nam
     p.add_argument("--model", help="conf/model/<name> or llama31_8b_shape")
     p.add_argument("--dtype")
     p.add_argument("--attn", help="comma list of sdpa,eager,flash_attention_2")
-    p.add_argument("--methods", help="comma list of none,snapkv,streaming_llm,snapstream")
+    p.add_argument("--methods", help=f"comma list of {','.join(METHODS)} (the registered methods)")
     p.add_argument("--compiled", help="methods also measured compiled (gen.compile), comma list; '' for none")
     p.add_argument("--compile-backend", help="torch.compile backend of the compiled cases (default inductor)")
     p.add_argument("--contexts", help="comma list of prompt lengths, e.g. 1k,2k,4k,8k")

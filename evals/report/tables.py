@@ -10,7 +10,7 @@ import math
 import pandas as pd
 
 from evals.summary import identity_extra
-from snapstream_core.methods import knob_names
+from snapstream_core.methods import METHODS, knob_names
 from tasks.protocol import hook
 
 BEHAVIOUR = {  # summary metric -> column title
@@ -68,8 +68,11 @@ def fmt(value, unit: str = "") -> str:
 
 
 def _label_knobs(method: str, frame: pd.DataFrame) -> list[str]:
-    """Knobs that tell lines of one method apart (StreamingLLM's ``recent`` follows its budget)."""
-    return [k for k in variant_knobs(frame) if not (method == "streaming_llm" and k == "recent")]
+    """Knobs that tell lines of one method apart: not those its class derives from the budget
+    (``budget_derived``: StreamingLLM's ``recent``)."""
+    cls = METHODS.get(method)
+    derived = cls.budget_derived if cls is not None else ()
+    return [k for k in variant_knobs(frame) if k not in derived]
 
 
 def assign_labels(head: pd.DataFrame) -> pd.Series:

@@ -60,6 +60,8 @@ class CompressionMethod:
 
     method: ClassVar[str] = "base"
     tag_order: ClassVar[tuple[str, ...]] = ()
+    # Knobs that follow from the budget (the report's x axis), so they never tell two lines of the method apart.
+    budget_derived: ClassVar[tuple[str, ...]] = ()
     positions: str = field(default="original", metadata={TAG: ""})
 
     def __post_init__(self) -> None:

@@ -30,6 +30,7 @@ class StreamingLLM(CompressionMethod):
     method: ClassVar[str] = "streaming_llm"
     DEFAULT_RECENT: ClassVar[int] = 1020
     tag_order: ClassVar[tuple[str, ...]] = ("prompt_budget", "sinks", "recent", "positions")
+    budget_derived: ClassVar[tuple[str, ...]] = ("recent",)  # recent = prompt_budget - sinks
     sinks: int = 4
     recent: int | None = None  # None: DEFAULT_RECENT, or prompt_budget - sinks when prompt_budget is given
     prompt_budget: int | None = None
