@@ -4,6 +4,11 @@ same run.
 A decode step reads every weight once (the embedding table only for its one row, unless it is tied to the output
 head, which reads it whole) and every KV entry held, for each sequence of the batch. The bandwidth is that of a large
 reduction (``x.sum()`` over ``MiB`` MiB, best of ``reps``), which streams memory as a decode step does.
+
+Beside it, :func:`measure_matmul` times what the framework's kernels need for the weights alone: every linear layer's
+product with a (batch, in_features) input, as ATen runs it in a decode step, best of ``reps``. It says how much of the
+gap to the bandwidth floor is the matrix-vector kernels' (on the 2-core CPU here fp32 GEMV reads weights at about half
+the speed of a reduction) and how much is the rest of the step (attention, norms, the cache, Python).
 """
 
 from __future__ import annotations
@@ -51,3 +56,23 @@ def kv_bytes_per_token(model) -> int:
 def floor_bytes(model, kv_tokens: int, batch: int) -> int:
     """Bytes a decode step must read: the weights + ``kv_tokens`` entries per layer and KV head for each sequence."""
     return weight_bytes(model) + batch * kv_tokens * kv_bytes_per_token(model)
+
+
+@torch.no_grad()
+def measure_matmul(model, batch: int, reps: int = 5) -> float:
+    """Seconds for the products of every ``nn.Linear`` weight of ``model`` (tied ones once) with a (batch, in)
+    input of its dtype, in one pass as a decode step makes them; the best of ``reps`` passes (after a warm one)."""
+    weights = list({id(m.weight): m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)}.values())
+    inputs = {w.shape[1]: torch.randn(batch, w.shape[1], dtype=w.dtype, device=w.device) for w in weights}
+    cuda = weights[0].is_cuda
+    best = float("inf")
+    for _ in range(reps + 1):
+        if cuda:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for w in weights:
+            torch.nn.functional.linear(inputs[w.shape[1]], w)
+        if cuda:
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - t0)
+    return best

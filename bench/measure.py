@@ -35,7 +35,7 @@ from transformers import DynamicCache
 import snapstream_core as ss
 from bench.cases import PLAIN, Case, build_method, is_compiled
 from bench.config import WARM_STEPS, BenchConfig
-from bench.floor import floor_bytes, measure_bandwidth
+from bench.floor import floor_bytes, measure_bandwidth, measure_matmul
 from snapstream_core.static_decode import compiled_step, to_static
 
 MIB = 2**20
@@ -233,6 +233,7 @@ def measure_group(
             _free(cuda)
     _free(cuda)  # hand the prefills' activation blocks back, so that decode allocations start from a clean pool
     bandwidth = measure_bandwidth(cfg.device)  # the same run, right before the decode it is compared with
+    matmul_ms = {b: 1000 * measure_matmul(model, b) for b in sorted({run.case.batch for run in running})}
     for run in running:
         kept = run.row["kv_tokens_after_prefill"] + WARM_STEPS + steps // 2  # tokens held at the middle step
         if run.static is not None and run.static.held_cap is not None:
@@ -242,6 +243,7 @@ def measure_group(
         run.row["floor_bytes"] = floor_bytes(model, kept, run.case.batch)
         run.row["bandwidth_gbs"] = bandwidth / 1e9
         run.row["floor_ms"] = 1000 * run.row["floor_bytes"] / bandwidth
+        run.row["matmul_ms"] = matmul_ms[run.case.batch]  # the weights' products alone, as the kernels run them
     for step in range(WARM_STEPS + steps):
         if step == WARM_STEPS:  # untimed steps first: allocator growth of the growing caches, first-call costs
             for run in running:
@@ -253,6 +255,7 @@ def measure_group(
     for row in rows:
         if row.get("status") == "ok":
             row["decode_vs_floor"] = row["decode_ms_per_token"] / row["floor_ms"]  # both per step of the batch
+            row["decode_vs_matmul"] = row["decode_ms_per_token"] / row["matmul_ms"]
     del running
     _free(cuda)
     return rows

@@ -24,9 +24,9 @@ SUMMARY_FIELDS = [
     "kv_bytes_after_prefill", "kv_bytes_final", "index_bytes_final", "kv_prefill_bytes_peak",
     "mem_base_mib", "mem_prefill_peak_mib", "mem_prefill_delta_mib",
     "limit_context", "decode_vs_limit", "prefill_vs_none", "kv_full_over_this",
-    "bandwidth_gbs", "floor_ms", "decode_vs_floor", "compiled_over_eager",
+    "bandwidth_gbs", "floor_ms", "decode_vs_floor", "matmul_ms", "decode_vs_matmul", "compiled_over_eager",
 ]  # fmt: skip
-NUMERIC = SUMMARY_FIELDS[6:20] + ["bandwidth_gbs", "floor_ms"]
+NUMERIC = SUMMARY_FIELDS[6:20] + ["bandwidth_gbs", "floor_ms", "matmul_ms"]
 
 
 def _median(values) -> float:
@@ -55,6 +55,12 @@ class Table:
         rows = self.by_key.get(key, {}).values()
         return _median(float(r["decode_ms_per_token"]) / float(r["floor_ms"]) for r in rows if r.get("floor_ms"))
 
+    def vs_matmul(self, key: tuple) -> float:
+        """Median over reps of decode ms ÷ the weights' products alone, timed in the same group (NaN for older
+        runs)."""
+        rows = self.by_key.get(key, {}).values()
+        return _median(float(r["decode_ms_per_token"]) / float(r["matmul_ms"]) for r in rows if r.get("matmul_ms"))
+
     def paired(self, a: tuple, b: tuple, field: str) -> float:
         """Median over reps of a[field] / b[field], using reps where both ran."""
         ra, rb = self.by_key.get(a, {}), self.by_key.get(b, {})
@@ -81,6 +87,7 @@ def summarize(rows: list[dict], cfg: BenchConfig) -> list[dict]:
                 eager = (attn, base_method(method), context, batch, group)
                 row["compiled_over_eager"] = table.paired(key, eager, "decode_ms_per_token")
         row["decode_vs_floor"] = table.vs_floor(key)
+        row["decode_vs_matmul"] = table.vs_matmul(key)
         out.append(row)
     return out
 
@@ -157,6 +164,8 @@ def _compiled_figures(table: Table, attn: str, c: int, g: str, cfg: BenchConfig)
             "eager_vs_floor": table.vs_floor(eager),
             "compiled_vs_floor": table.vs_floor(comp),
             "floor_ms": table.median(eager, "floor_ms"),
+            "compiled_vs_matmul": table.vs_matmul(comp),
+            "matmul_ms": table.median(eager, "matmul_ms"),
         }
     ss = (attn, "snapstream" + COMPILED, c, 1, g)
     out["full_compiled_over_snapstream_compiled"] = table.paired((attn, "none" + COMPILED, c, 1, g), ss,

@@ -131,6 +131,9 @@ def test_run_writes_tables_and_figures(tmp_path):
     assert all(comp["methods"][m]["compiled_vs_floor"] > 0 for m in ("none", "snapstream"))
     assert all(f["eager_vs_floor"] > 0 for f in comp["methods"].values())
     assert comp["full_compiled_over_snapstream_compiled"] > 0
+    assert all(comp["methods"][m]["compiled_vs_matmul"] > 0 for m in ("none", "snapstream"))
+    assert all(f["matmul_ms"] > 0 for f in comp["methods"].values())
+    assert "compiled × matmul" in (tmp_path / "figures.md").read_text()
     assert float(by[("snapstream+compiled", "160", "1")]["kv_full_over_this"]) > 1  # the ring, compiled too
 
 
@@ -143,6 +146,22 @@ def test_a_compiled_case_decodes_the_eager_tokens_and_holds_the_same_kv(tiny, me
     assert compiled["tokens"] == eager["tokens"]
     assert compiled["kv_tokens_final"] == eager["kv_tokens_final"]
     assert compiled["floor_bytes"] == eager["floor_bytes"]
+    assert compiled["matmul_ms"] == eager["matmul_ms"] > 0  # one timing per group and batch
+
+
+def test_the_matmul_reference_runs_every_weight_matrix_once(tiny, monkeypatch):
+    from bench import floor
+
+    model, _ = tiny
+    seen = []
+    real = torch.nn.functional.linear
+    monkeypatch.setattr(floor.torch.nn.functional, "linear", lambda x, w: seen.append((x.shape, w)) or real(x, w))
+    assert floor.measure_matmul(model, 3, reps=1) > 0
+    weights = {id(m.weight): m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)}
+    per_pass = seen[: len(weights)]
+    assert len(seen) == 2 * len(weights)  # a warm pass and one timed
+    assert {id(w) for _, w in per_pass} == set(weights)  # tied head once
+    assert all(shape == (3, w.shape[1]) for shape, w in per_pass)
 
 
 def test_the_floor_counts_weights_once_and_the_kv_held(tiny):
