@@ -12,7 +12,6 @@ process also pays for imports and the start of the Math-Verify child.
 from __future__ import annotations
 
 import argparse
-import csv
 import logging
 import os
 import random
@@ -21,6 +20,8 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
+
+from bench.rows_csv import write_rows
 
 log = logging.getLogger("bench.aime_grading")
 OUT = Path(__file__).resolve().parent / "results" / "aime_grading.csv"
@@ -102,11 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     stamp, load = datetime.now().isoformat(timespec="seconds"), round(os.getloadavg()[0], 2)
     rows = [{"date": stamp, "rows": args.rows, "rep": rep, "first_in_process": rep == 0, "seconds": round(t, 3),
              "rows_per_s": round(args.rows / t, 1), "load_avg_1m": load} for rep, t in enumerate(times)]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with args.out.open("w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_rows(args.out, rows)
     later = statistics.median(times[1:]) if len(times) > 1 else float("nan")
     log.info("AIME grading, %d rows: %.2f s the first time in a process (imports, Math-Verify child start), "
              "%.2f s after (median) -> %s", args.rows, times[0], later, args.out)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import csv
 import io
 import json
 import logging
@@ -28,6 +27,7 @@ import types
 from datetime import datetime
 from pathlib import Path
 
+from bench.rows_csv import write_rows
 from tasks.livecodebench import driver, isolation
 from tasks.livecodebench.grader import GradeSettings, grade_many, stdout_matches
 from tasks.livecodebench.problem import Problem, TestCase
@@ -133,11 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         log.info("%-10s %4d samples x %d tests, %d worker(s): best %6.2f s, median %6.2f s (%5.1f samples/s, "
                  "%d passed)%s", mode, args.samples, args.tests, workers, best, median, args.samples / best, passed,
                  f"  = {best / baseline:.1f}x in-process" if baseline and mode != "in-process" else "")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with args.out.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_rows(args.out, rows)
     log.info("wrote %s", args.out)
     return 0 if all(r["passed"] == args.samples for r in rows) else 1
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import csv
 import json
 import logging
 import pickle
@@ -29,6 +28,8 @@ import time
 import zlib
 from datetime import datetime
 from pathlib import Path
+
+from bench.rows_csv import write_rows
 
 log = logging.getLogger("bench.lcb_hostile")
 OUT = Path(__file__).resolve().parent / "results" / "lcb_hostile.csv"
@@ -118,11 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         row["when"] = datetime.now().isoformat(timespec="seconds")
         log.info("%s", row)
         rows.append(row)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with args.out.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_rows(args.out, rows)
     log.info("wrote %s", args.out)
     return 0
 

@@ -11,7 +11,6 @@ Rows are synthetic but shaped as each task's (breakdown columns, samples per ite
 from __future__ import annotations
 
 import argparse
-import csv
 import logging
 import os
 import sys
@@ -22,6 +21,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from omegaconf import OmegaConf
+
+from bench.rows_csv import write_rows
 
 log = logging.getLogger("bench.summary_bootstrap")
 OUT = Path(__file__).resolve().parent / "results" / "summary_bootstrap.csv"
@@ -86,11 +87,7 @@ def main(argv: list[str] | None = None) -> int:
                             "max_abs_diff": float(diff), "load_avg_1m": round(os.getloadavg()[0], 2)})
             log.info("%s, %d items: %.2f s per resample path, %.3f s fast (max diff %.1e)", name, n_items,
                      seconds["per_resample"], seconds["fast"], diff)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with args.out.open("w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(results[0]))
-        writer.writeheader()
-        writer.writerows(results)
+    write_rows(args.out, results)
     log.info("-> %s", args.out)
     return 0
 
