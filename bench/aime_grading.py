@@ -3,8 +3,10 @@
 The mix (``mixed_rows``, also graded for correctness in ``tests/test_aime24_grading.py``): 700 integer answers at the
 end of ~4 kB R1-style outputs (a third of them off by one), 100 distinct non-integer forms equal to the gold that need
 Math-Verify, 100 garbage texts, 100 outputs cut inside their last box. Grading is timed through
-``tasks.aime24.score_many`` (what the runner calls), from a cleared cache, ``--repeat`` times; the first time in a
-process also pays for imports and the start of the Math-Verify child.
+``tasks.aime24.score_many`` (what the runner calls) under ``task.protocol=boxed``, the protocol the expected counts
+are written for (the default ``lighteval`` also reads answers outside a box, e.g. from the cut-off rows), from a
+cleared cache, ``--repeat`` times; the first time in a process also pays for imports and the start of the Math-Verify
+child.
 
     python -m bench.aime_grading            # -> bench/results/aime_grading.csv
 """
@@ -83,15 +85,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
 
+    from omegaconf import OmegaConf
+
     import tasks.aime24 as aime
-    from tasks.aime24 import grading
+    from tasks.aime24 import grader
+
+    cfg = OmegaConf.create({"protocol": "boxed"})
 
     pairs, want_correct, want_none = mixed_rows(args.rows)
     times = []
     for rep in range(args.repeat):
-        grading.clear_caches()
+        grader.clear_caches()
         start = time.perf_counter()
-        results = aime.score_many(pairs, cfg=None)
+        results = aime.score_many(pairs, cfg=cfg)
         times.append(time.perf_counter() - start)
         got_correct = sum(bool(r["correct"]) for r in results)
         got_none = sum(r["prediction"] is None for r in results)
