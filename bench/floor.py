@@ -23,15 +23,22 @@ MIB = 2**20
 def measure_bandwidth(device: str, mib: int = 256, reps: int = 5) -> float:
     """Read bandwidth in bytes/s: the best of ``reps`` sums over a ``mib`` MiB float32 tensor."""
     x = torch.ones(mib * MIB // 4, dtype=torch.float32, device=device)
-    cuda = device == "cuda"
+    return x.numel() * 4 / _best_seconds(lambda: x.sum().item(), device == "cuda", reps)
+
+
+def _best_seconds(fn, cuda: bool, reps: int) -> float:
+    """The fastest of ``reps + 1`` calls of ``fn`` (the first also pages memory in and pays first-call costs), the
+    device synchronised around each."""
     best = float("inf")
-    for _ in range(reps + 1):  # the first pass pages the tensor in
+    for _ in range(reps + 1):
         if cuda:
             torch.cuda.synchronize()
         t0 = time.perf_counter()
-        x.sum().item()
+        fn()
+        if cuda:
+            torch.cuda.synchronize()
         best = min(best, time.perf_counter() - t0)
-    return x.numel() * 4 / best
+    return best
 
 
 def weight_bytes(model) -> int:
@@ -64,15 +71,9 @@ def measure_matmul(model, batch: int, reps: int = 5) -> float:
     input of its dtype, in one pass as a decode step makes them; the best of ``reps`` passes (after a warm one)."""
     weights = list({id(m.weight): m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)}.values())
     inputs = {w.shape[1]: torch.randn(batch, w.shape[1], dtype=w.dtype, device=w.device) for w in weights}
-    cuda = weights[0].is_cuda
-    best = float("inf")
-    for _ in range(reps + 1):
-        if cuda:
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
+
+    def products() -> None:
         for w in weights:
             torch.nn.functional.linear(inputs[w.shape[1]], w)
-        if cuda:
-            torch.cuda.synchronize()
-        best = min(best, time.perf_counter() - t0)
-    return best
+
+    return _best_seconds(products, weights[0].is_cuda, reps)
