@@ -157,7 +157,11 @@ def wait_quiet(limit_s: float) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    cfg, args = parse_args(argv)
+    try:
+        cfg, args = parse_args(argv)
+    except ValueError as exc:  # a bad knob (BenchConfig names it): one line, before any model loads
+        log.error("error: %s", exc)
+        return 2
     if args.from_raw:
         return rereport(Path(args.from_raw), args.discard_reps)
     from transformers.utils import logging as hf_logging

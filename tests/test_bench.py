@@ -218,3 +218,14 @@ def test_a_registered_toy_method_is_a_bench_case_with_its_kept_size(tiny, monkey
     assert row["status"] == "ok" and row["kv_tokens_after_prefill"] == 16
     assert row["kv_bytes_after_prefill"] == LAYERS * PER_TOKEN_LAYER * 16
     assert row["kv_bytes_final"] == LAYERS * PER_TOKEN_LAYER * (16 + STEPS)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--methods", "snapkvv"], "bench.methods: 'snapkvv' is not one of"),
+    (["--contexts", "1q"], "bench.contexts: cannot read '1q'"),
+])
+def test_a_bad_knob_is_one_line_and_exit_2_before_any_model_loads(argv, message, caplog, monkeypatch):
+    monkeypatch.setattr(run, "Runner", None)  # a model load would fail on calling it
+    assert run.main(argv) == 2
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and message in errors[0] and "\n" not in errors[0]
