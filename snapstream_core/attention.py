@@ -98,14 +98,28 @@ def _in_cache_rotation(layer: CompressedLayer, query: torch.Tensor, key: torch.T
 
 def _static_slots(base, stock, module, query, key, value, visible, **kwargs):
     """A decode query (B, H, 1, D) over all S slots of a static cache, ``visible`` (B, H_kv, S) bool."""
+    if base != "eager":  # sdpa, and flash_attention_2 (free and padding slots are scattered, not a prefix)
+        return _packed_sdpa(query, key, value, visible, kwargs.get("scaling", module.scaling))
     mask = visible[:, :, None, :].repeat_interleave(query.shape[1] // visible.shape[1], dim=1)  # (B, H, 1, S)
-    if base == "eager":
-        mask = torch.zeros(mask.shape, dtype=query.dtype, device=query.device).masked_fill(
-            ~mask, torch.finfo(query.dtype).min
-        )
-    elif base == "flash_attention_2":  # free and padding slots are scattered, not a prefix: SDPA with the mask
-        stock = sdpa_attention_forward
+    mask = torch.zeros(mask.shape, dtype=query.dtype, device=query.device).masked_fill(
+        ~mask, torch.finfo(query.dtype).min
+    )
     return stock(module, query, key, value, mask, **kwargs)
+
+
+def _packed_sdpa(query, key, value, visible, scaling: float):
+    """SDPA of one decode query per head, (B, H, 1, D), over (B, H_kv, S, D) keys/values -> (B, 1, H, D).
+
+    The H / H_kv query heads that share a KV head become that head's query rows, (B, H_kv, H / H_kv, D), so K/V are
+    read as they are stored instead of copied H / H_kv times (``repeat_kv``); the (B, H_kv, 1, S) mask covers the rows.
+    Transformers does the same in eager decode (``pack_gqa``) but not under ``torch.compile``.
+    """
+    B, H, _, D = query.shape
+    H_kv = key.shape[1]
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query.reshape(B, H_kv, H // H_kv, D), key, value, attn_mask=visible[:, :, None, :], scale=scaling
+    )
+    return out.reshape(B, H, 1, D).transpose(1, 2).contiguous(), None
 
 
 def _make(base: str) -> Callable:

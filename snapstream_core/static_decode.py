@@ -24,6 +24,7 @@ import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
 from snapstream_core.cache import CompressedCache
+from snapstream_core.gemv import cpu_decode_backend
 
 log = logging.getLogger(__name__)
 
@@ -113,10 +114,13 @@ _COMPILED: dict[tuple[str, str], Callable] = {}
 
 def compiled_step(device_type: str, backend: str = "inductor") -> Callable:
     """``decode_step`` under ``torch.compile`` (made once per device type and backend): ``reduce-overhead`` (CUDA
-    graphs) on CUDA, inductor's default on CPU. ``backend="eager"`` traces without code generation (tests)."""
+    graphs) on CUDA; on CPU inductor after the matrix-vector rewrite of :mod:`snapstream_core.gemv`.
+    ``backend="eager"`` traces without code generation (tests)."""
     key = (device_type, backend)
     if key not in _COMPILED:
         mode = "reduce-overhead" if device_type == "cuda" and backend == "inductor" else None
+        if device_type == "cpu" and backend == "inductor":
+            backend = cpu_decode_backend
         _COMPILED[key] = torch.compile(decode_step, backend=backend, mode=mode, fullgraph=True)
     return _COMPILED[key]
 
