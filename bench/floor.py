@@ -5,10 +5,11 @@ A decode step reads every weight once (the embedding table only for its one row,
 head, which reads it whole) and every KV entry held, for each sequence of the batch. The bandwidth is that of a large
 reduction (``x.sum()`` over ``MiB`` MiB, best of ``reps``), which streams memory as a decode step does.
 
-Beside it, :func:`measure_matmul` times what the framework's kernels need for the weights alone: every linear layer's
-product with a (batch, in_features) input, as ATen runs it in a decode step, best of ``reps``. It says how much of the
-gap to the bandwidth floor is the matrix-vector kernels' (on the 2-core CPU here fp32 GEMV reads weights at about half
-the speed of a reduction) and how much is the rest of the step (attention, norms, the cache, Python).
+Beside it, :func:`measure_matmul` times what ATen's kernels need for the weights alone: every linear layer's
+product with a (batch, in_features) input, as eager decode runs them, best of ``reps``. On the 2-core CPU here the
+BLAS runs a one-row product on one thread and reads the weights at about half the reduction's speed, so an eager
+step cannot get near the floor; the compiled CPU step replaces those products with fused kernels of its own
+(:mod:`snapstream_core.gemv`) and runs below this reference.
 """
 
 from __future__ import annotations
