@@ -18,6 +18,7 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, eager_mask, flash_attention_mask, sdpa_mask
 
+from snapstream_core import cpu_attention
 from snapstream_core.cache import ACTIVE_LAYER
 from snapstream_core.layer import CompressedLayer
 from snapstream_core.rope import rotate
@@ -112,13 +113,18 @@ def _packed_sdpa(query, key, value, visible, scaling: float):
 
     The H / H_kv query heads that share a KV head become that head's query rows, (B, H_kv, H / H_kv, D), so K/V are
     read as they are stored instead of copied H / H_kv times (``repeat_kv``); the (B, H_kv, 1, S) mask covers the rows.
-    Transformers does the same in eager decode (``pack_gqa``) but not under ``torch.compile``.
+    Transformers does the same in eager decode (``pack_gqa``) but not under ``torch.compile``. On CPU in float32
+    the packed rows go to :mod:`snapstream_core.cpu_attention`'s kernel when it is built.
     """
     B, H, _, D = query.shape
     H_kv = key.shape[1]
-    out = torch.nn.functional.scaled_dot_product_attention(
-        query.reshape(B, H_kv, H // H_kv, D), key, value, attn_mask=visible[:, :, None, :], scale=scaling
-    )
+    packed = query.reshape(B, H_kv, H // H_kv, D)
+    if cpu_attention.usable(query, key):  # CPU float32: the split-KV kernel, built by compiled_step
+        out = cpu_attention.decode_attention(packed, key, value, visible, scaling)
+    else:
+        out = torch.nn.functional.scaled_dot_product_attention(
+            packed, key, value, attn_mask=visible[:, :, None, :], scale=scaling
+        )
     return out.reshape(B, H, 1, D).transpose(1, 2).contiguous(), None
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
+from snapstream_core import cpu_attention
 from snapstream_core.cache import CompressedCache
 from snapstream_core.gemv import cpu_decode_backend
 
@@ -114,11 +115,14 @@ _COMPILED: dict[tuple[str, str], Callable] = {}
 
 def compiled_step(device_type: str, backend: str = "inductor") -> Callable:
     """``decode_step`` under ``torch.compile`` (made once per device type and backend): ``reduce-overhead`` (CUDA
-    graphs) on CUDA; on CPU inductor after the matrix-vector rewrite of :mod:`snapstream_core.gemv`.
+    graphs) on CUDA; on CPU inductor after the matrix-vector rewrite of :mod:`snapstream_core.gemv`, attention in
+    :mod:`snapstream_core.cpu_attention`'s kernel.
     ``backend="eager"`` traces without code generation (tests)."""
     key = (device_type, backend)
     if key not in _COMPILED:
         mode = "reduce-overhead" if device_type == "cuda" and backend == "inductor" else None
+        if device_type == "cpu":
+            cpu_attention.build()  # before tracing: the step calls the kernel when it is built
         if device_type == "cpu" and backend == "inductor":
             backend = cpu_decode_backend
         _COMPILED[key] = torch.compile(decode_step, backend=backend, mode=mode, fullgraph=True)
