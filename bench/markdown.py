@@ -49,9 +49,10 @@ def _compiled_md(fig: dict, meta: dict) -> list[str]:
         "### Compiled static-shape decode and the bandwidth floor",
         "",
         "`× floor`: decode ms ÷ (weights + KV held, per batch, in bytes ÷ the bandwidth of a large reduction "
-        "measured right before the group's decode). `× matmul`: decode ms ÷ the products of every weight matrix "
-        "with the step's input alone, as the framework's kernels run them, timed in the same group (`matmul ms`): "
-        "what no decode step of this model can go below with these kernels. First compiled call (compile) per kind: "
+        "measured right before and right after the group's decode; the faster reading). `× matmul`: decode ms ÷ "
+        "the products of every weight matrix with the step's input alone, as ATen's kernels run them in eager "
+        "decode, timed in the same group (`matmul ms`; the compiled CPU step runs its own products and goes below "
+        "it). First compiled call (compile) per kind: "
         f"{meta.get('compile_s') or '—'} s.",
         "",
         "| context | method | eager ms | compiled ms | compiled ÷ eager | eager × floor | compiled × floor "

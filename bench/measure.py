@@ -232,7 +232,7 @@ def measure_group(
             rows.append({**case.as_dict(), "status": _failure(exc)})
             _free(cuda)
     _free(cuda)  # hand the prefills' activation blocks back, so that decode allocations start from a clean pool
-    bandwidth = measure_bandwidth(cfg.device)  # the same run, right before the decode it is compared with
+    bandwidth_before = measure_bandwidth(cfg.device)  # the same run, right before the decode it is compared with
     matmul_ms = {b: 1000 * measure_matmul(model, b) for b in sorted({run.case.batch for run in running})}
     for run in running:
         kept = run.row["kv_tokens_after_prefill"] + WARM_STEPS + steps // 2  # tokens held at the middle step
@@ -241,8 +241,6 @@ def measure_group(
         elif run.case.method != PLAIN and build_method(run.case.method, cfg).ring is not None:
             kept = min(kept, run.cache.layers[0].n_frozen + build_method(run.case.method, cfg).ring)
         run.row["floor_bytes"] = floor_bytes(model, kept, run.case.batch)
-        run.row["bandwidth_gbs"] = bandwidth / 1e9
-        run.row["floor_ms"] = 1000 * run.row["floor_bytes"] / bandwidth
         run.row["matmul_ms"] = matmul_ms[run.case.batch]  # the weights' products alone, as the kernels run them
     for step in range(WARM_STEPS + steps):
         if step == WARM_STEPS:  # untimed steps first: allocator growth of the growing caches, first-call costs
@@ -251,6 +249,12 @@ def measure_group(
         k = step % max(len(running), 1)
         for run in running[k:] + running[:k]:
             decode_step(model, run, cfg)
+    # and right after it: the floor uses the faster of the two readings (on a shared machine the memory's speed
+    # drifts during a group; the faster one gives the lower floor, so x floor never flatters the decode)
+    bandwidth = max(bandwidth_before, measure_bandwidth(cfg.device))
+    for run in running:
+        run.row["bandwidth_gbs"] = bandwidth / 1e9
+        run.row["floor_ms"] = 1000 * run.row["floor_bytes"] / bandwidth
     rows += [{**finish(run), "status": "ok"} for run in running]
     for row in rows:
         if row.get("status") == "ok":

@@ -125,7 +125,11 @@ def compiled_step(device_type: str, backend: str = "inductor") -> Callable:
             cpu_attention.build()  # before tracing: the step calls the kernel when it is built
         if device_type == "cpu" and backend == "inductor":
             backend = cpu_decode_backend
-        _COMPILED[key] = torch.compile(decode_step, backend=backend, mode=mode, fullgraph=True)
+        compiled = torch.compile(decode_step, backend=backend, mode=mode, fullgraph=True)
+        # Guards on the model's modules checked by their dict tags, recursively (a Dynamo setting, off by default,
+        # that falls back to the full check when a module's attributes change): SmolLM2's ~4,000 guards per step
+        # take 0.6 ms instead of 1.2 ms.
+        _COMPILED[key] = torch._dynamo.config.patch(use_recursive_dict_tags_for_guards=True)(compiled)
     return _COMPILED[key]
 
 

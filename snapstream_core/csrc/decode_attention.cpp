@@ -63,8 +63,13 @@ void block(const float* q, const float* k, const float* v, const bool* visible, 
   for (int64_t r = 0; r < G; ++r) {
     float* sr = scores + r * BLOCK;
     float m = NEG_INF;
-#pragma omp simd reduction(max : m)
-    for (int64_t j = 0; j < n; ++j) m = std::max(m, sr[j]);
+    int nan = 0;
+#pragma omp simd reduction(max : m) reduction(| : nan)
+    for (int64_t j = 0; j < n; ++j) {
+      m = std::max(m, sr[j]);
+      nan |= sr[j] != sr[j];
+    }
+    if (nan) m = std::numeric_limits<float>::quiet_NaN();  // a NaN score makes the row NaN, as in SDPA
     float sum = 0.0f;
     float acc[D];
     for (int d = 0; d < D; ++d) acc[d] = 0.0f;

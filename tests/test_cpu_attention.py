@@ -1,0 +1,123 @@
+"""The CPU decode attention kernel (snapstream_core.cpu_attention, csrc/decode_attention.cpp) against SDPA."""
+
+import logging
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from snapstream_core import attention, cpu_attention
+
+
+@pytest.fixture(scope="module", autouse=True)
+def built():
+    assert cpu_attention.build(), "the kernel must build here (g++ and ninja are in the test environment)"
+
+
+def _inputs(B, H, G, S, D, seed=0, p_visible=0.6):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, H, G, D, generator=g)
+    # keys as a view into a wider slot buffer (strided in S and H), as the static cache may hand them over
+    k = torch.randn(B, H, S + 5, D, generator=g)[:, :, 3 : 3 + S]
+    v = torch.randn(B, H, S, D, generator=g)
+    visible = torch.rand(B, H, S, generator=g) < p_visible
+    visible[..., -1] = True  # the slot just written is always visible in a decode step
+    return q, k, v, visible
+
+
+def _sdpa(q, k, v, visible, scale):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=visible[:, :, None, :], scale=scale)
+
+
+@pytest.mark.parametrize("D", [16, 64, 128])
+@pytest.mark.parametrize("G", [1, 3, 4])
+@pytest.mark.parametrize("S", [1, 255, 256, 257, 1300])
+def test_the_kernel_equals_sdpa_over_the_visible_slots(D, G, S):
+    q, k, v, visible = _inputs(2, 3, G, S, D, seed=D * 1000 + G * 10 + S)
+    out = cpu_attention.decode_attention(q, k, v, visible, 0.17)
+    assert out.shape == (2, 3, G, D)
+    torch.testing.assert_close(out, _sdpa(q, k, v, visible, 0.17), atol=2e-6, rtol=1e-5)
+
+
+def test_whole_blocks_of_masked_slots_and_a_single_visible_slot():
+    q, k, v, visible = _inputs(1, 2, 3, 1000, 64, seed=1)
+    visible[:, 0, :] = False
+    visible[:, 0, 700] = True  # one visible slot, in the third block: the output is that slot's value
+    visible[:, 1, :512] = False  # the first two blocks of the other head are masked whole
+    out = cpu_attention.decode_attention(q, k, v, visible, 0.125)
+    torch.testing.assert_close(out[0, 0], v[0, 0, 700].expand(3, 64), atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(out, _sdpa(q, k, v, visible, 0.125), atol=2e-6, rtol=1e-5)
+
+
+def test_a_row_with_no_visible_slot_gives_zeros_and_nan_stays_nan():
+    q, k, v, visible = _inputs(1, 2, 3, 300, 64, seed=2)
+    visible[0, 1] = False
+    q[0, 0, 2, 5] = float("nan")
+    out = cpu_attention.decode_attention(q, k, v, visible, 0.125)
+    assert torch.equal(out[0, 1], torch.zeros(3, 64))
+    assert out[0, 0, 2].isnan().all()  # a NaN query is not turned into a finite output
+    assert not out[0, 0, :2].isnan().any()
+
+
+def test_the_kernel_refuses_what_it_does_not_take():
+    q, k, v, visible = _inputs(1, 2, 3, 10, 64)
+    with pytest.raises(RuntimeError, match="head dim"):
+        cpu_attention.decode_attention(q[..., :8], k[..., :8], v[..., :8], visible, 0.1)
+    with pytest.raises(RuntimeError, match="float32"):
+        cpu_attention.decode_attention(q.double(), k.double(), v.double(), visible, 0.1)
+    with pytest.raises(RuntimeError, match=r"visible shape"):
+        cpu_attention.decode_attention(q, k, v, visible[:, :, :5], 0.1)
+    assert not cpu_attention.usable(q[..., :8], k[..., :8])
+    assert not cpu_attention.usable(q.bfloat16(), k.bfloat16())
+
+
+def _packed_graph(query, key, value, visible, scaling):
+    """_packed_sdpa under torch.compile (fullgraph), returning its output and the graph's call targets."""
+    targets = []
+
+    def record(gm, example_inputs):
+        targets.extend(str(node.target) for node in gm.graph.nodes if node.op == "call_function")
+        return gm
+
+    torch._dynamo.reset()
+    step = torch.compile(attention._packed_sdpa, backend=record, fullgraph=True)
+    return step(query, key, value, visible, scaling)[0], targets
+
+
+def test_the_compiled_static_step_calls_the_kernel_for_packed_gqa():
+    """(B, H, 1, D) queries with H = 3 * H_kv: the graph calls the kernel, with the SDPA of repeated heads' output."""
+    q, k, v, visible = _inputs(2, 2, 3, 600, 64, seed=3)
+    query = q.reshape(2, 6, 1, 64)
+    out, targets = _packed_graph(query, k, v, visible, 0.125)
+    assert any("snapstream.decode_attention" in t for t in targets), targets
+    assert not any("scaled_dot_product" in t for t in targets), targets
+    mask = visible[:, :, None, :].repeat_interleave(3, dim=1)
+    ref = F.scaled_dot_product_attention(
+        query, k.repeat_interleave(3, 1), v.repeat_interleave(3, 1), attn_mask=mask, scale=0.125
+    )
+    torch.testing.assert_close(out, ref.transpose(1, 2), atol=2e-6, rtol=1e-5)
+
+
+def test_shapes_the_kernel_does_not_take_go_to_sdpa():
+    q, k, v, visible = _inputs(1, 2, 2, 50, 8, seed=4)
+    out, targets = _packed_graph(q.reshape(1, 4, 1, 8), k, v, visible, 0.3)
+    assert not any("snapstream.decode_attention" in t for t in targets), targets
+    torch.testing.assert_close(out, _sdpa(q, k, v, visible, 0.3).reshape(1, 4, 1, 8).transpose(1, 2))
+
+
+def test_a_failed_build_is_logged_once_and_leaves_sdpa(monkeypatch, caplog):
+    from torch.utils import cpp_extension
+
+    def no_compiler(**kwargs):
+        raise RuntimeError("no C++ compiler")
+
+    monkeypatch.setattr(cpp_extension, "load", no_compiler)
+    monkeypatch.setattr(cpu_attention, "_state", {"tried": False, "op": None, "fake": cpu_attention._state["fake"]})
+    with caplog.at_level(logging.WARNING, logger="snapstream_core.cpu_attention"):
+        assert cpu_attention.build() is False
+        assert cpu_attention.build() is False
+    assert [r.getMessage() for r in caplog.records].count(
+        "compiled decode: the CPU attention kernel could not be built (no C++ compiler); using SDPA"
+    ) == 1
+    q, k, v, visible = _inputs(1, 2, 3, 40, 64)
+    assert not cpu_attention.usable(q, k)
