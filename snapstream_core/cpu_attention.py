@@ -34,7 +34,7 @@ _ISA_FLAGS = {
     "AVX512": ["-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mavx2", "-mfma"],
 }
 
-_state: dict[str, object] = {"tried": False, "op": None, "fake": None}
+_state: dict[str, object] = {"tried": False, "op": None}
 
 
 def build() -> bool:
@@ -45,14 +45,14 @@ def build() -> bool:
     _state["tried"] = True
     from torch.utils import cpp_extension
 
-    if shutil.which("ninja") is None:  # the pinned ninja wheel, when its venv is not on PATH (.venv/bin/python ...)
-        import ninja
-
-        os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
     isa = torch.backends.cpu.get_cpu_capability()
     name = f"snapstream_decode_attention_{isa.lower()}"
     try:
-        log.info("building the CPU decode attention kernel for %s (once; cached by torch under %s)", isa, name)
+        if shutil.which("ninja") is None:  # the pinned ninja wheel, when its venv is not on PATH (.venv/bin/python)
+            import ninja
+
+            os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
+        log.info("loading the CPU decode attention kernel for %s (built once, cached by torch as %s)", isa, name)
         cpp_extension.load(
             name=name,
             sources=[str(SOURCE)],
@@ -63,8 +63,7 @@ def build() -> bool:
     except Exception as exc:  # no compiler, no ninja, a failed build: SDPA still gives the same tokens, slower
         log.warning("compiled decode: the CPU attention kernel could not be built (%s); using SDPA", exc)
         return False
-    if _state["fake"] is None:  # the shape rule torch.compile traces with, registered once per process
-        _state["fake"] = torch.library.register_fake("snapstream::decode_attention")(_fake)
+    torch.library.register_fake("snapstream::decode_attention")(_fake)  # the shape rule torch.compile traces with
     _state["op"] = torch.ops.snapstream.decode_attention
     return True
 

@@ -112,7 +112,7 @@ def test_a_failed_build_is_logged_once_and_leaves_sdpa(monkeypatch, caplog):
         raise RuntimeError("no C++ compiler")
 
     monkeypatch.setattr(cpp_extension, "load", no_compiler)
-    monkeypatch.setattr(cpu_attention, "_state", {"tried": False, "op": None, "fake": cpu_attention._state["fake"]})
+    monkeypatch.setattr(cpu_attention, "_state", {"tried": False, "op": None})
     with caplog.at_level(logging.WARNING, logger="snapstream_core.cpu_attention"):
         assert cpu_attention.build() is False
         assert cpu_attention.build() is False
@@ -121,3 +121,15 @@ def test_a_failed_build_is_logged_once_and_leaves_sdpa(monkeypatch, caplog):
     ) == 1
     q, k, v, visible = _inputs(1, 2, 3, 40, 64)
     assert not cpu_attention.usable(q, k)
+
+
+def test_no_ninja_anywhere_is_a_failed_build_not_an_exception(monkeypatch, caplog):
+    import shutil
+    import sys
+
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.setitem(sys.modules, "ninja", None)  # import ninja raises ImportError
+    monkeypatch.setattr(cpu_attention, "_state", {"tried": False, "op": None})
+    with caplog.at_level(logging.WARNING, logger="snapstream_core.cpu_attention"):
+        assert cpu_attention.build() is False
+    assert any("could not be built" in r.getMessage() for r in caplog.records)
