@@ -27,11 +27,12 @@ log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).parent / "csrc" / "decode_attention.cpp"
 HEAD_DIMS = (16, 32, 64, 96, 128)  # the sizes csrc/decode_attention.cpp is instantiated for
+MAX_GROUP = 64  # most query heads per KV head it takes (MAX_ROWS there)
 
 # Compiler flags per ATen CPU capability (torch.backends.cpu.get_cpu_capability()): the ISA the build may use.
 _ISA_FLAGS = {
-    "AVX2": ["-mavx2", "-mfma"],
-    "AVX512": ["-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mavx2", "-mfma"],
+    "AVX2": ["-mavx2", "-mfma", "-DCPU_CAPABILITY_AVX2"],
+    "AVX512": ["-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mavx2", "-mfma", "-DCPU_CAPABILITY_AVX512"],
 }
 
 _state: dict[str, object] = {"tried": False, "op": None}
@@ -74,13 +75,15 @@ def _fake(query, key, value, visible, scale):
 
 
 def usable(query: torch.Tensor, key: torch.Tensor) -> bool:
-    """Whether the built kernel takes these tensors: CPU, float32, head dim in :data:`HEAD_DIMS`."""
+    """Whether the built kernel takes these tensors, query (B, H, 1, D) and key (B, H_kv, S, D): CPU, float32, head
+    dim in :data:`HEAD_DIMS`, at most :data:`MAX_GROUP` query heads per KV head."""
     return (
         _state["op"] is not None
         and query.device.type == "cpu"
         and query.dtype == torch.float32
         and key.dtype == torch.float32
         and query.shape[-1] in HEAD_DIMS
+        and query.shape[1] // key.shape[1] <= MAX_GROUP
     )
 
 

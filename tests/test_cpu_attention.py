@@ -30,13 +30,21 @@ def _sdpa(q, k, v, visible, scale):
 
 
 @pytest.mark.parametrize("D", [16, 64, 128])
-@pytest.mark.parametrize("G", [1, 3, 4])
+@pytest.mark.parametrize("G", [1, 3, 4, 7])  # rows go four at a time: 7 = 4 + 3
 @pytest.mark.parametrize("S", [1, 255, 256, 257, 1300])
 def test_the_kernel_equals_sdpa_over_the_visible_slots(D, G, S):
     q, k, v, visible = _inputs(2, 3, G, S, D, seed=D * 1000 + G * 10 + S)
     out = cpu_attention.decode_attention(q, k, v, visible, 0.17)
     assert out.shape == (2, 3, G, D)
     torch.testing.assert_close(out, _sdpa(q, k, v, visible, 0.17), atol=2e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("D", [32, 96])
+@pytest.mark.parametrize("G", [2, 5, 8])
+def test_the_other_head_dims_and_row_groups(D, G):
+    q, k, v, visible = _inputs(1, 2, G, 700, D, seed=D + G)
+    out = cpu_attention.decode_attention(q, k, v, visible, 0.2)
+    torch.testing.assert_close(out, _sdpa(q, k, v, visible, 0.2), atol=2e-6, rtol=1e-5)
 
 
 def test_whole_blocks_of_masked_slots_and_a_single_visible_slot():
@@ -67,6 +75,11 @@ def test_the_kernel_refuses_what_it_does_not_take():
         cpu_attention.decode_attention(q.double(), k.double(), v.double(), visible, 0.1)
     with pytest.raises(RuntimeError, match=r"visible shape"):
         cpu_attention.decode_attention(q, k, v, visible[:, :, :5], 0.1)
+    too_many = torch.randn(1, 2, cpu_attention.MAX_GROUP + 1, 64)
+    with pytest.raises(RuntimeError, match="query rows per KV head"):
+        cpu_attention.decode_attention(too_many, k, v, visible, 0.1)
+    assert not cpu_attention.usable(too_many.reshape(1, -1, 1, 64), k)
+    assert cpu_attention.usable(q.reshape(1, -1, 1, 64), k)
     assert not cpu_attention.usable(q[..., :8], k[..., :8])
     assert not cpu_attention.usable(q.bfloat16(), k.bfloat16())
 
