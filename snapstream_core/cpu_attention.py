@@ -83,6 +83,7 @@ def usable(query: torch.Tensor, key: torch.Tensor) -> bool:
         and query.dtype == torch.float32
         and key.dtype == torch.float32
         and query.shape[-1] in HEAD_DIMS
+        and 0 < key.shape[1]
         and query.shape[1] // key.shape[1] <= MAX_GROUP
     )
 

@@ -67,6 +67,14 @@ def test_a_row_with_no_visible_slot_gives_zeros_and_nan_stays_nan():
     assert not out[0, 0, :2].isnan().any()
 
 
+def test_no_slots_at_all_gives_zeros_as_sdpa_does():
+    q, k, v, visible = _inputs(1, 2, 3, 1, 64)
+    k, v, visible = k[:, :, :0], v[:, :, :0], visible[:, :, :0]
+    out = cpu_attention.decode_attention(q, k, v, visible, 0.125)
+    assert torch.equal(out, torch.zeros(1, 2, 3, 64))
+    assert torch.equal(out, _sdpa(q, k, v, visible, 0.125))
+
+
 def test_the_kernel_refuses_what_it_does_not_take():
     q, k, v, visible = _inputs(1, 2, 3, 10, 64)
     with pytest.raises(RuntimeError, match="head dim"):
@@ -81,6 +89,7 @@ def test_the_kernel_refuses_what_it_does_not_take():
     assert not cpu_attention.usable(too_many.reshape(1, -1, 1, 64), k)
     assert cpu_attention.usable(q.reshape(1, -1, 1, 64), k)
     assert not cpu_attention.usable(q[..., :8], k[..., :8])
+    assert not cpu_attention.usable(q.reshape(1, -1, 1, 64), k[:, :0])  # no KV heads: no group size
     assert not cpu_attention.usable(q.bfloat16(), k.bfloat16())
 
 
