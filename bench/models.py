@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from bench.config import LLAMA_8B_SHAPE, BenchConfig
+from snapstream_core import memory
 
 log = logging.getLogger(__name__)
 REPO = Path(__file__).resolve().parent.parent
@@ -93,6 +94,7 @@ def _llama_8b_shape(cfg: BenchConfig):
     torch.manual_seed(cfg.seed)
     with torch.device(cfg.device):
         model = LlamaForCausalLM._from_config(config, dtype=getattr(torch, cfg.dtype))
+    memory.pack_parameters(model)  # on the CPU, as evals.models.load_model does (nothing on a GPU)
     gen = torch.Generator().manual_seed(cfg.seed)
     ids = torch.randint(0, config.vocab_size, (1, config.max_position_embeddings), generator=gen)
     return model.eval(), Prompts(ids)
