@@ -57,6 +57,36 @@ def test_whole_blocks_of_masked_slots_and_a_single_visible_slot():
     torch.testing.assert_close(out, _sdpa(q, k, v, visible, 0.125), atol=2e-6, rtol=1e-5)
 
 
+@pytest.mark.parametrize("S", [40, 300, 1280, 1301])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_runs_of_masked_sub_blocks_are_skipped_and_change_nothing(S, seed):
+    """The kernel reads only the 32-slot sub-blocks with a visible slot (a ring not full yet, slots of tokens not
+    decoded yet): random runs of wholly masked sub-blocks, runs that end in a block's last, partial sub-block."""
+    q, k, v, visible = _inputs(1, 3, 3, S, 64, seed=seed)
+    g = torch.Generator().manual_seed(seed)
+    for h in range(3):
+        for start in torch.randint(0, S, (4,), generator=g).tolist():
+            visible[0, h, start : start + int(torch.randint(1, 200, (1,), generator=g))] = False
+    visible[0, 1, : S - 1] = False  # one head sees only its last slot
+    visible[0, :, S - 1] = True
+    out = cpu_attention.decode_attention(q, k, v, visible, 0.125)
+    torch.testing.assert_close(out, _sdpa(q, k, v, visible, 0.125), atol=2e-6, rtol=1e-5)
+    torch.testing.assert_close(out[0, 1], v[0, 1, S - 1].expand(3, 64), atol=1e-6, rtol=1e-6)
+
+
+def test_a_ring_that_is_not_full_reads_no_masked_sub_block():
+    """The layout of snapstream's slots early in decoding (1,024 kept, a ring of 256 with 20 filled): NaN in the
+    unfilled sub-blocks' keys and values does not reach the output, which is SDPA's over the filled slots."""
+    q, k, v, visible = _inputs(1, 3, 3, 1280, 64, seed=5, p_visible=1.0)
+    visible[..., 1044:] = False
+    k[..., 1056:, :] = float("nan")  # sub-blocks 33.. of the ring hold no visible slot
+    v[..., 1056:, :] = float("nan")
+    out = cpu_attention.decode_attention(q, k, v, visible, 0.125)
+    assert not out.isnan().any()
+    expected = _sdpa(q, k[..., :1044, :], v[..., :1044, :], visible[..., :1044], 0.125)
+    torch.testing.assert_close(out, expected, atol=2e-6, rtol=1e-5)
+
+
 def test_a_row_with_no_visible_slot_gives_zeros_and_nan_stays_nan():
     q, k, v, visible = _inputs(1, 2, 3, 300, 64, seed=2)
     visible[0, 1] = False
