@@ -12,7 +12,7 @@ snapstream step at 2k, in one process, interleaved; ``bench/README.md``):
 
 :func:`pack_parameters` moves a CPU model's parameters into one such block (values unchanged, in module order, so
 that a layer's weights are read as one stream); :func:`cpu_zeros` gives zeroed tensors carved from one block (the
-static decode cache's K/V). Elsewhere (no ``MAP_ANONYMOUS``, e.g. Windows) the blocks are ordinary ``torch.empty``
+static decode cache's K/V). Elsewhere (no ``MAP_ANONYMOUS``, e.g. Windows) the blocks are ordinary ``torch.zeros``
 memory; where the kernel has no ``MADV_HUGEPAGE`` or transparent huge pages are ``never``, ordinary 4 KiB pages.
 """
 

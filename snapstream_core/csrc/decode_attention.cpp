@@ -140,11 +140,10 @@ void block(const float* q, const float* k, const float* v, const bool* visible, 
   bool read[BLOCK / SUB];
   for (int64_t j0 = 0; j0 < n; j0 += SUB)
     read[j0 / SUB] = std::any_of(visible + j0, visible + std::min(n, j0 + SUB), [](bool b) { return b; });
-  for (int64_t a = 0; a < n; a += SUB) {  // each run [a, b) of sub-blocks to read
+  for (int64_t a = 0, b = 0; a < n; a = b) {  // each run [a, b) of sub-blocks to read, then the sub-block after it
+    b = std::min(n, a + SUB);
     if (!read[a / SUB]) continue;
-    int64_t b = a + SUB;
-    while (b < n && read[b / SUB]) b += SUB;
-    b = std::min(b, n);
+    while (b < n && read[b / SUB]) b = std::min(n, b + SUB);
     for (int64_t r0 = 0; r0 < G; r0 += 4) {  // rows four at a time
       const float* qr = q + r0 * D;
       const float* ka = k + a * k_row;
@@ -156,7 +155,6 @@ void block(const float* q, const float* k, const float* v, const bool* visible, 
         default: scores_rows<D, 4>(qr, ka, b - a, k_row, sr); break;
       }
     }
-    a = b - SUB;  // the loop adds SUB: the next sub-block after the run
   }
   bool live[MAX_ROWS];  // rows with a visible slot and no NaN score: their outputs are the weighted values
   for (int64_t r = 0; r < G; ++r) {
