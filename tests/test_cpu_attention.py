@@ -47,6 +47,22 @@ def test_the_other_head_dims_and_row_groups(D, G):
     torch.testing.assert_close(out, _sdpa(q, k, v, visible, 0.2), atol=2e-6, rtol=1e-5)
 
 
+@pytest.mark.parametrize("transpose_query", [False, True])
+@pytest.mark.parametrize(("B", "H", "G", "S", "D"), [(1, 3, 3, 1280, 64), (2, 2, 5, 300, 32), (1, 1, 1, 0, 16)])
+def test_the_output_layout_is_the_one_its_shape_rule_gives(B, H, G, S, D, transpose_query):
+    """The compiled step does not re-check the kernel's output sizes and strides at run time (no ``size_asserts``,
+    snapstream_core.gemv): what inductor planned from the shape rule (``_fake``) must be what the kernel returns."""
+    q, k, v, visible = _inputs(B, H, G, S, D, seed=S + G) if S else _inputs(B, H, G, 1, D)
+    if not S:
+        k, v, visible = k[:, :, :0], v[:, :, :0], visible[..., :0]
+    if transpose_query:  # a query that is a strided view, as a reshape of the projection can hand it over
+        q = q.transpose(1, 2).contiguous().transpose(1, 2)
+    op = torch.ops.snapstream.decode_attention.default
+    torch.library.opcheck(op, (q, k, v, visible, 0.125), test_utils=("test_schema", "test_faketensor"))
+    out = cpu_attention.decode_attention(q, k, v, visible, 0.125)
+    assert out.shape == (B, H, G, D) and out.is_contiguous()
+
+
 def test_whole_blocks_of_masked_slots_and_a_single_visible_slot():
     q, k, v, visible = _inputs(1, 2, 3, 1000, 64, seed=1)
     visible[:, 0, :] = False
