@@ -24,16 +24,23 @@ from snapstream_core import memory
 MIB = 2**20
 
 
-def measure_bandwidth(device: str, mib: int = 256, reps: int = 5) -> float:
-    """Read bandwidth in bytes/s: the best of ``reps`` sums over a ``mib`` MiB float32 tensor. On the CPU, the best
-    over two such tensors, one of ordinary memory and one on the huge pages the model's weights and the compiled
-    step's K/V are given (:mod:`snapstream_core.memory`), so that the floor is that of the fastest memory here."""
-    n = mib * MIB // 4
-    buffers = [torch.ones(n, dtype=torch.float32, device=device)]
-    if torch.device(device).type == "cpu":
-        buffers.append(memory.cpu_zeros([(n,)], torch.float32)[0].fill_(1.0))
-    best = min(_best_seconds(lambda x=x: x.sum().item(), device == "cuda", reps) for x in buffers)
-    return n * 4 / best
+class BandwidthProbe:
+    """Reads the memory's bandwidth in bytes/s, as often as asked, over buffers allocated once: the best of ``reps``
+    sums over a ``mib`` MiB float32 tensor. On the CPU, the best over two such tensors, one of ordinary memory and one
+    on the huge pages the model's weights and the compiled step's K/V are given (:mod:`snapstream_core.memory`), so
+    that the floor is that of the fastest memory here."""
+
+    def __init__(self, device: str, mib: int = 256):
+        n = mib * MIB // 4
+        self.nbytes = n * 4
+        self.cuda = torch.device(device).type == "cuda"
+        self.buffers = [torch.ones(n, dtype=torch.float32, device=device)]
+        if torch.device(device).type == "cpu":
+            self.buffers.append(memory.cpu_zeros([(n,)], torch.float32)[0].fill_(1.0))
+
+    def __call__(self, reps: int = 5) -> float:
+        best = min(_best_seconds(lambda x=x: x.sum().item(), self.cuda, reps) for x in self.buffers)
+        return self.nbytes / best
 
 
 def _best_seconds(fn, cuda: bool, reps: int) -> float:

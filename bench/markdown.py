@@ -49,7 +49,8 @@ def _compiled_md(fig: dict, meta: dict) -> list[str]:
         "### Compiled static-shape decode and the bandwidth floor",
         "",
         "`× floor`: decode ms ÷ (weights + KV held, per batch, in bytes ÷ the bandwidth of a large reduction "
-        "measured right before and right after the group's decode; the faster reading). `× matmul`: decode ms ÷ "
+        "read right before and right after each round of decode steps, the faster of the two for that round; "
+        "`floor ms` is the mean over the rounds). `× matmul`: decode ms ÷ "
         "the products of every weight matrix with the step's input alone, as ATen's kernels run them in eager "
         "decode, timed in the same group (`matmul ms`; the compiled CPU step runs its own products and goes below "
         "it). First compiled call (compile) per kind: "

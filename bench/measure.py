@@ -10,7 +10,9 @@ Protocol:
    forward (explicit positions T, T+1, ..., greedy, no EOS) of every case in turn, the order rotating from step to
    step. Each forward is timed on its own, so a slow phase of the machine hits every case alike. ms/token is the mean
    over the ``steps`` steps that follow ``WARM_STEPS`` untimed ones (the median is kept too). Switching the attention
-   implementation between cases happens outside the timed region.
+   implementation between cases happens outside the timed region. The memory's bandwidth is read right before the
+   first timed round (one step of every case) and right after each one; a round's floor uses the faster of its two
+   readings, and a case's ``floor_ms`` is the mean over its rounds (:mod:`bench.floor`).
 3. KV bytes are counted from the caches' own tensors (K and V storage; the core's per-slot validity and position
    tensors separately as ``index_bytes``), per sequence, after prefill and at the end; the core's ``cache.stats``
    gives the peak during prefill.
@@ -35,7 +37,7 @@ from transformers import DynamicCache
 import snapstream_core as ss
 from bench.cases import PLAIN, Case, build_method, is_compiled
 from bench.config import WARM_STEPS, BenchConfig
-from bench.floor import floor_bytes, measure_bandwidth, measure_matmul
+from bench.floor import BandwidthProbe, floor_bytes, measure_matmul
 from snapstream_core.static_decode import compiled_step, to_static
 
 MIB = 2**20
@@ -232,7 +234,7 @@ def measure_group(
             rows.append({**case.as_dict(), "status": _failure(exc)})
             _free(cuda)
     _free(cuda)  # hand the prefills' activation blocks back, so that decode allocations start from a clean pool
-    bandwidth_before = measure_bandwidth(cfg.device)  # the same run, right before the decode it is compared with
+    probe = BandwidthProbe(cfg.device)  # read before and after every timed round of the decode it is compared with
     matmul_ms = {b: 1000 * measure_matmul(model, b) for b in sorted({run.case.batch for run in running})}
     for run in running:
         kept = run.row["kv_tokens_after_prefill"] + WARM_STEPS + steps // 2  # tokens held at the middle step
@@ -242,19 +244,27 @@ def measure_group(
             kept = min(kept, run.cache.layers[0].n_frozen + build_method(run.case.method, cfg).ring)
         run.row["floor_bytes"] = floor_bytes(model, kept, run.case.batch)
         run.row["matmul_ms"] = matmul_ms[run.case.batch]  # the weights' products alone, as the kernels run them
+    readings = []  # bytes/s: right before the first timed round, then right after each timed round
     for step in range(WARM_STEPS + steps):
         if step == WARM_STEPS:  # untimed steps first: allocator growth of the growing caches, first-call costs
             for run in running:
                 run.step_s.clear()
+            readings.append(probe())
         k = step % max(len(running), 1)
         for run in running[k:] + running[:k]:
             decode_step(model, run, cfg)
-    # and right after it: the floor uses the faster of the two readings (on a shared machine the memory's speed
-    # drifts during a group; the faster one gives the lower floor, so x floor never flatters the decode)
-    bandwidth = max(bandwidth_before, measure_bandwidth(cfg.device))
+        if step >= WARM_STEPS:
+            readings.append(probe())
+    del probe
+    # Each timed round (one step of every case) gets the floor of the faster of the readings right before and right
+    # after it: the memory's speed drifts over seconds on a shared machine, so a round is paired with its own
+    # readings, and the faster one gives the lower floor, so x floor never flatters the decode. A case's floor is the
+    # mean of its rounds' floors, as its decode ms is the mean of its rounds' steps.
+    rounds = [max(before, after) for before, after in zip(readings, readings[1:])]
     for run in running:
-        run.row["bandwidth_gbs"] = bandwidth / 1e9
-        run.row["floor_ms"] = 1000 * run.row["floor_bytes"] / bandwidth
+        floor_s = statistics.mean(run.row["floor_bytes"] / bandwidth for bandwidth in rounds)
+        run.row["floor_ms"] = 1000 * floor_s
+        run.row["bandwidth_gbs"] = run.row["floor_bytes"] / floor_s / 1e9  # the bandwidth that gives that floor
     rows += [{**finish(run), "status": "ok"} for run in running]
     for row in rows:
         if row.get("status") == "ok":

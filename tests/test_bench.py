@@ -149,6 +149,33 @@ def test_a_compiled_case_decodes_the_eager_tokens_and_holds_the_same_kv(tiny, me
     assert compiled["matmul_ms"] == eager["matmul_ms"] > 0  # one timing per group and batch
 
 
+def test_each_timed_round_gets_the_floor_of_its_own_faster_reading(tiny, monkeypatch):
+    """The bandwidth is read before the first timed round and after each one; a round's floor uses the faster of its
+    two readings, and a case's floor is the mean over its rounds (the memory's speed drifts within a group)."""
+    from bench import measure
+
+    readings = iter([40e9, 50e9, 30e9, 20e9] + [1.0] * 10)  # CFG.steps = 3 timed rounds: 4 readings
+    taken = []
+
+    class Probe:
+        def __init__(self, device):
+            pass
+
+        def __call__(self):
+            taken.append(next(readings))
+            return taken[-1]
+
+    monkeypatch.setattr(measure, "BandwidthProbe", Probe)
+    model, prompts = tiny
+    rows = measure_group(model, prompts, [Case("sdpa", "snapstream", 160), Case("sdpa", "none", 160)], CFG)
+    assert taken == [40e9, 50e9, 30e9, 20e9]
+    for row in rows:
+        floors = [row["floor_bytes"] / bw for bw in (50e9, 50e9, 30e9)]  # max of each round's two readings
+        assert row["floor_ms"] == pytest.approx(1000 * sum(floors) / 3)
+        assert row["decode_vs_floor"] == pytest.approx(row["decode_ms_per_token"] / row["floor_ms"])
+        assert row["bandwidth_gbs"] == pytest.approx(row["floor_bytes"] / (row["floor_ms"] / 1000) / 1e9)
+
+
 def test_the_matmul_reference_runs_every_weight_matrix_once(tiny, monkeypatch):
     from bench import floor
 
