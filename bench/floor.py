@@ -32,10 +32,11 @@ class BandwidthProbe:
 
     def __init__(self, device: str, mib: int = 256):
         n = mib * MIB // 4
+        kind = torch.device(device).type
         self.nbytes = n * 4
-        self.cuda = torch.device(device).type == "cuda"
+        self.cuda = kind == "cuda"
         self.buffers = [torch.ones(n, dtype=torch.float32, device=device)]
-        if torch.device(device).type == "cpu":
+        if kind == "cpu":
             self.buffers.append(memory.cpu_zeros([(n,)], torch.float32)[0].fill_(1.0))
 
     def __call__(self, reps: int = 5) -> float:
