@@ -17,7 +17,8 @@ from typing import Any
 
 # Keys that cannot change a row: labels derived from other keys, and the batching of prompts.
 # gen.compile: compiled and eager decode give the same tokens (tests/test_compile.py); rows record which ran
-NOT_RESULT_KEYS = {"gen": ("batch_size", "tag", "compile"), "task": ("tag",)}
+# task.plan, model.shape: what the planner (evals/plan) estimates from; never read by a run
+NOT_RESULT_KEYS = {"gen": ("batch_size", "tag", "compile"), "task": ("tag", "plan"), "model": ("shape",)}
 HARNESS = "snapstream-harness"
 
 
@@ -62,7 +63,7 @@ def run_identity(container: dict[str, Any], method_knobs: dict[str, Any], weight
         backend.pop("path", None)  # the content is the identity, not where it lies
     drop = {k: set(v) for k, v in NOT_RESULT_KEYS.items()}
     return {
-        "model": {**container["model"], "weights": weights},
+        "model": {**{k: v for k, v in container["model"].items() if k not in drop["model"]}, "weights": weights},
         "task": {
             **{k: v for k, v in container["task"].items() if k not in drop["task"]},
             "data_sha256": items_sha256(items),

@@ -48,7 +48,7 @@ def result_keys(container):
     for group in GROUPS:
         for key, value in leaves(container[group], f"{group}."):
             name = key.split(".", 1)[1]
-            if name in NOT_RESULT_KEYS.get(group, ()) or name in LABELS.get(group, ()):
+            if name.split(".")[0] in NOT_RESULT_KEYS.get(group, ()) or name in LABELS.get(group, ()):
                 continue
             yield key, value
 
@@ -103,3 +103,10 @@ def test_streaming_llm_is_filed_under_its_effective_knobs():
                           "compression=streaming_llm", "compression.prompt_budget=128"]))
     assert p.identity["compression"]["recent"] == 124
     assert "r1020" not in str(p.run_dir)
+
+
+def test_the_planners_blocks_do_not_split_a_run():
+    """task.plan and model.shape are the planner's estimates (evals/plan), never read by a run."""
+    a = plan(compose_cfg(BASE))
+    b = plan(compose_cfg([*BASE, "task.plan.gen_fraction.default=0.9", "model.shape.n_params=7"]))
+    assert a.fingerprint == b.fingerprint and a.run_dir == b.run_dir

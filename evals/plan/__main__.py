@@ -1,0 +1,48 @@
+"""``python -m evals.plan [-m] key=value ...``: plan every job of an ``evals.run`` command line (no data, no
+weights, no network): ``<out_root>/plan.csv``, the table and its totals; exit 2 with one line per job that cannot fit
+``plan.memory_gib``."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+USAGE = __doc__
+
+
+def main(argv: list[str]) -> int:
+    if any(a in ("-h", "--help") for a in argv):
+        print(USAGE)
+        return 0
+    from evals.cli import UserError
+    from evals.plan.grid import compose_jobs
+    from evals.plan.job import DEFAULT_MEMORY_GIB, job_from_config
+    from evals.plan.planner import plan_jobs
+    from evals.plan.table import render, write_csv
+
+    logging.getLogger("snapstream_core.api").setLevel(logging.ERROR)  # "none has no knob ...": said by evals.run
+    try:
+        composed = compose_jobs(argv)
+        jobs = []
+        for overrides, container in composed:
+            try:
+                jobs.append(job_from_config(container))
+            except ValueError as exc:
+                raise UserError(f"{' '.join(overrides)}: {exc}") from None
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    memory_gib = float((composed[0][1].get("plan") or {}).get("memory_gib", DEFAULT_MEMORY_GIB))
+    planned = plan_jobs(jobs)
+    path = write_csv(planned, Path(jobs[0].out_root) / "plan.csv")
+    print(render(planned, memory_gib))
+    print(f"wrote {path}")
+    bad = [p.error for p in planned if p.error]
+    for line in bad:
+        print(f"error: {line}", file=sys.stderr)
+    return 2 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

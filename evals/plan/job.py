@@ -1,0 +1,206 @@
+"""One job of a sweep as the planner sees it, built from its resolved config (no data, no weights), and the three
+functions the runner calls before it loads weights: :func:`choose_rows`, :func:`check_fits`, :func:`alias_of`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from evals.plan.device import GIB, H100, Device
+from evals.plan.memory import CUDA, MemoryModel
+from evals.plan.shape import ModelShape, shape_from_model
+
+DEFAULT_MEMORY_GIB = 80.0
+HUGE = 2**40  # "unbounded" new tokens: a ring method's largest footprint
+
+
+@dataclass(frozen=True)
+class Job:
+    """What one run will hold and do. Token counts are per sequence; prompts are cut as the task cuts them."""
+
+    model: str
+    family: str
+    task: str
+    compression: str  # the method
+    knobs: tuple[tuple[str, Any], ...]  # the method's effective knobs (``method.knobs()``)
+    compression_tag: str
+    n_items: int
+    n_samples: int
+    max_new_tokens: int
+    prompt_groups: tuple[tuple[float, int], ...]  # (share of the items, mean prompt tokens), after the cut
+    max_prompt_tokens: int  # the longest prompt, after the cut
+    gen_fraction: float  # mean generated tokens / max_new_tokens
+    shape: ModelShape
+    kept: int  # prompt tokens a compressed layer keeps (of the longest prompt)
+    slots: int  # KV slots of one decode row (fixed for the whole job: one compiled graph)
+    selects: bool  # prefill runs a SnapKV-style scoring
+    rows_request: int | None  # gen.rows: None = auto (the most that fit)
+    memory_gib: float  # plan.memory_gib
+    run_dir: str
+    out_root: str
+
+    @property
+    def total_samples(self) -> int:
+        return self.n_items * self.n_samples
+
+    @property
+    def prompt_budget(self) -> int | None:
+        return dict(self.knobs).get("prompt_budget")
+
+    @property
+    def label(self) -> str:
+        return f"{self.model} {self.task} {self.compression_tag} n={self.n_samples}"
+
+
+def _container(cfg: Any) -> dict[str, Any]:
+    if isinstance(cfg, Mapping) and not hasattr(cfg, "_metadata"):
+        return dict(cfg)
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+def _method(compression: Mapping[str, Any]):
+    from snapstream_core.api import compression_from_config  # the dataclasses; no torch at plan time
+
+    return compression_from_config(dict(compression))
+
+
+def _geometry(method, T: int, G: int) -> tuple[int, int, bool]:
+    """(kept, slots, selects) of the longest prompt ``T`` with ``G`` new tokens."""
+    kept = method.footprint(T, 0)
+    if method.ring is None:  # appending: the prompt kept plus every new token
+        slots = method.footprint(T, G)
+    else:  # a ring: the method's largest footprint, whatever the prompt (static_decode; a ratio: of this prompt)
+        slots = method.footprint(T if getattr(method, "ratio", None) else HUGE, HUGE)
+    selects = hasattr(method, "window") and method.needs_selection(T)
+    return kept, slots, selects
+
+
+def job_from_config(cfg: Any, max_prompt_tokens: int | None = None) -> Job:
+    """The job of one resolved run config (a composed ``DictConfig`` or its container). ``max_prompt_tokens``: the
+    longest prompt when known (the runner, from its items); else the task's ``plan`` block gives it."""
+    c = _container(cfg)
+    model, task, gen = c["model"], c["task"], c["gen"]
+    plan = task.get("plan")
+    if not plan:
+        raise ValueError(f"task.plan: task {task.get('name')} has no plan block (n_items, prompt_groups, "
+                         "max_prompt_tokens, gen_fraction) for the planner")
+    shape = shape_from_model(model)
+    G = int(gen["max_new_tokens"])
+    cut = task.get("max_len") or model.get("max_context") or shape.max_positions - G
+    extra = int(plan.get("prompt_overhead", 0))
+    groups = [(int(g["items"]), min(int(g["tokens"]) + extra, cut)) for g in plan["prompt_groups"]]
+    n_group = sum(n for n, _ in groups)
+    T = min(int(plan["max_prompt_tokens"]) + extra, cut) if max_prompt_tokens is None else int(max_prompt_tokens)
+    n_items = int(plan["n_items"])
+    if task.get("limit") is not None:
+        n_items = min(n_items, int(task["limit"]))
+    fractions = plan.get("gen_fraction") or {}
+    fraction = float(fractions.get(model.get("family"), fractions.get("default", 1.0)))
+    method = _method(c["compression"])
+    kept, slots, selects = _geometry(method, T, G)
+    rows = gen.get("rows", "auto")
+    if rows not in (None, "auto") and (not isinstance(rows, int) or isinstance(rows, bool) or rows < 1):
+        raise ValueError(f"gen.rows: must be auto or an integer >= 1, got {rows!r}")
+    return Job(
+        model=str(model["name"]),
+        family=str(model.get("family")),
+        task=str(task["name"]),
+        compression=method.method,
+        knobs=tuple(method.knobs().items()),
+        compression_tag=str(c["compression"].get("tag", method.method)),
+        n_items=n_items,
+        n_samples=int(gen["n_samples"]),
+        max_new_tokens=G,
+        prompt_groups=tuple((n / n_group, t) for n, t in groups),
+        max_prompt_tokens=T,
+        gen_fraction=fraction,
+        shape=shape,
+        kept=kept,
+        slots=slots,
+        selects=selects,
+        rows_request=None if rows in (None, "auto") else rows,
+        memory_gib=float((c.get("plan") or {}).get("memory_gib", DEFAULT_MEMORY_GIB)),
+        run_dir=str(c.get("run_dir", "")),
+        out_root=str(c.get("out_root", "")),
+    )
+
+
+def with_prompt(job: Job, max_prompt_tokens: int) -> Job:
+    """The same job for prompts of at most ``max_prompt_tokens`` tokens (measured by the runner on its items)."""
+    kept, slots, selects = _geometry(_method(dict(job.knobs)), max_prompt_tokens, job.max_new_tokens)
+    return replace(job, max_prompt_tokens=max_prompt_tokens, kept=kept, slots=slots, selects=selects)
+
+
+def _as_job(cfg_or_job: Any, max_prompt_tokens: int | None) -> Job:
+    if isinstance(cfg_or_job, Job):
+        return cfg_or_job if max_prompt_tokens is None else with_prompt(cfg_or_job, max_prompt_tokens)
+    return job_from_config(cfg_or_job, max_prompt_tokens)
+
+
+def usable_bytes(job: Job, memory_gib: float | None = None, device: Device = H100) -> float:
+    return ((job.memory_gib if memory_gib is None else memory_gib) - device.reserved_gib) * GIB
+
+
+def peak_bytes(job: Job, rows: int, mm: MemoryModel = CUDA) -> int:
+    """The job's peak with ``rows`` decode rows (what ``torch.cuda.max_memory_allocated`` should read)."""
+    return mm.job_bytes(job.shape, rows, job.slots, job.max_prompt_tokens, job.kept, job.selects)
+
+
+def max_rows(job: Job, memory_gib: float | None = None, mm: MemoryModel = CUDA, device: Device = H100) -> int:
+    """The most decode rows that fit the budget, at most the job's samples (0: not even one fits)."""
+    fit = mm.max_rows(job.shape, usable_bytes(job, memory_gib, device), job.slots, job.max_prompt_tokens,
+                      job.kept, job.selects)
+    return min(fit, job.total_samples)
+
+
+def check_fits(cfg_or_job: Any, *, max_prompt_tokens: int | None = None, memory_gib: float | None = None,
+               mm: MemoryModel = CUDA, device: Device = H100) -> None:
+    """Raise one-line ``ValueError`` naming the job and its need when it cannot run in the budget (at one row,
+    or at the requested ``gen.rows``)."""
+    job = _as_job(cfg_or_job, max_prompt_tokens)
+    budget = job.memory_gib if memory_gib is None else memory_gib
+    usable = usable_bytes(job, memory_gib, device)
+    rows = job.rows_request or 1
+    need = peak_bytes(job, rows, mm)
+    if need > usable:
+        key = "gen.rows" if job.rows_request else "plan.memory_gib"
+        raise ValueError(
+            f"{key}: {job.label} needs {need / GIB:.1f} GiB at {rows} row(s) of {job.slots} slots "
+            f"(prompt {job.max_prompt_tokens} tokens, weights {job.shape.weight_bytes / GIB:.1f} GiB) > "
+            f"{usable / GIB:.1f} GiB usable of plan.memory_gib={budget:g}"
+        )
+
+
+def choose_rows(cfg_or_job: Any, *, max_prompt_tokens: int | None = None, memory_gib: float | None = None,
+                mm: MemoryModel = CUDA, device: Device = H100) -> int:
+    """``gen.rows`` for a job: the requested integer, or (``auto``) the most rows that fit the budget, capped at
+    the job's samples. Raises like :func:`check_fits` when it cannot run."""
+    job = _as_job(cfg_or_job, max_prompt_tokens)
+    check_fits(job, memory_gib=memory_gib, mm=mm, device=device)
+    if job.rows_request is not None:
+        return min(job.rows_request, job.total_samples)
+    return max(1, max_rows(job, memory_gib, mm, device))
+
+
+def alias_of(job: Job, max_prompt_tokens: int) -> Job | None:
+    """The full-cache job whose rows this job's rows equal by construction, or None.
+
+    A method whose budget (and ring) holds every prompt of at most ``max_prompt_tokens`` tokens and every new
+    token keeps everything, and is then token-identical to the full cache (docs/architecture.md, contract 1):
+    SnapKV with ``prompt_budget`` >= the longest prompt, SnapStream with that and ``recent`` >= max_new_tokens,
+    StreamingLLM with ``sinks + recent`` >= prompt + new tokens. The alias's ``run_dir`` is the job's with the
+    compression's directory name replaced by ``none``'s (the planner matches it against the sweep's own jobs).
+    """
+    if job.compression == "none":
+        return None
+    method = _method(dict(job.knobs))
+    G = job.max_new_tokens
+    if method.footprint(max_prompt_tokens, G) < max_prompt_tokens + G:
+        return None
+    parts = job.run_dir.split("/")
+    run_dir = "/".join("none" if p == job.compression_tag else p for p in parts) if job.run_dir else ""
+    base = replace(job, compression="none", knobs=(("method", "none"),), compression_tag="none", run_dir=run_dir)
+    return with_prompt(base, max_prompt_tokens)

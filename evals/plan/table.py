@@ -1,0 +1,85 @@
+"""``plan.csv`` and the printed table of a plan."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from evals.plan.cost import mean_prompt_tokens
+from evals.plan.planner import Planned
+
+COLUMNS = (
+    "model", "task", "compression", "prompt_budget", "recent", "n_items", "n_samples", "rows", "slots",
+    "max_prompt_tokens", "mean_prompt_tokens", "mean_gen_tokens", "peak_gib", "prefill_hours", "decode_hours",
+    "gpu_hours", "same_as", "reason", "run_dir",
+)
+TODAY_COMPILED_GPU_HOURS = 750  # issue 28's estimate of the grid as shipped (after its OOM fixes), compiled
+TODAY_EAGER_GPU_HOURS = 1940
+
+
+def row(p: Planned) -> dict:
+    j, c = p.job, p.cost
+    knobs = dict(j.knobs)
+    return {
+        "model": j.model, "task": j.task, "compression": j.compression,
+        "prompt_budget": knobs.get("prompt_budget", ""), "recent": knobs.get("recent", ""),
+        "n_items": j.n_items, "n_samples": j.n_samples, "rows": p.rows, "slots": j.slots,
+        "max_prompt_tokens": j.max_prompt_tokens, "mean_prompt_tokens": round(mean_prompt_tokens(j)),
+        "mean_gen_tokens": round(j.gen_fraction * j.max_new_tokens), "peak_gib": round(p.peak_gib, 2),
+        "prefill_hours": "" if c is None else round(c.prefill_s / 3600, 3),
+        "decode_hours": "" if c is None else round(c.decode_steps * c.step_s / 3600, 3),
+        "gpu_hours": round(p.gpu_hours, 3), "same_as": p.same_as, "reason": p.reason or p.error,
+        "run_dir": j.run_dir,
+    }
+
+
+def write_csv(planned: list[Planned], path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=COLUMNS)
+        w.writeheader()
+        for p in planned:
+            w.writerow(row(p))
+    return path
+
+
+def totals(planned: list[Planned]) -> dict:
+    runs = [p for p in planned if not p.same_as]
+    all_hours = sum(p.cost.gpu_hours for p in planned if p.cost is not None)
+    return {
+        "jobs": len(planned),
+        "run_dirs": len({p.job.run_dir for p in planned}),
+        "same_dir": sum(p.reason.startswith("same run") for p in planned),
+        "aliased": sum(bool(p.same_as) and not p.reason.startswith("same run") for p in planned),
+        "computed": len(runs),
+        "gpu_hours": sum(p.gpu_hours for p in planned),
+        "gpu_hours_without_dedup": all_hours,
+        "max_peak_gib": max((p.peak_gib for p in planned), default=0.0),
+        "unfit": sum(bool(p.error) for p in planned),
+    }
+
+
+def render(planned: list[Planned], memory_gib: float) -> str:
+    """The table (one line per job) and the totals, as printed by ``python -m evals.plan``."""
+    head = f"{'model':22} {'task':14} {'method':13} {'budget':>6} {'n':>3} {'rows':>4} {'slots':>6} " \
+           f"{'peak GiB':>8} {'GPU-h':>7}  same as"
+    lines = [head, "-" * len(head)]
+    for p in planned:
+        r = row(p)
+        same = "" if not p.same_as else ("(same dir)" if p.reason.startswith("same run") else "= none")
+        lines.append(
+            f"{r['model'][:22]:22} {r['task'][:14]:14} {r['compression'][:13]:13} {str(r['prompt_budget']):>6} "
+            f"{r['n_samples']:>3} {r['rows']:>4} {r['slots']:>6} {r['peak_gib']:>8.1f} {p.gpu_hours:>7.1f}  {same}"
+        )
+    t = totals(planned)
+    lines += [
+        "",
+        f"jobs {t['jobs']}, run directories {t['run_dirs']} ({t['same_dir']} jobs share one), "
+        f"{t['aliased']} identical to the full cache, {t['computed']} computed",
+        f"GPU-hours: {t['gpu_hours']:.1f} ({t['gpu_hours_without_dedup']:.1f} without deduplication); "
+        f"{t['gpu_hours'] / TODAY_COMPILED_GPU_HOURS:.2f}x issue 28's estimate of the grid as shipped "
+        f"(~{TODAY_COMPILED_GPU_HOURS} compiled, ~{TODAY_EAGER_GPU_HOURS} eager)",
+        f"largest peak {t['max_peak_gib']:.1f} GiB of plan.memory_gib={memory_gib:g}"
+        + (f"; {t['unfit']} job(s) do not fit" if t["unfit"] else "; every job fits"),
+    ]
+    return "\n".join(lines)

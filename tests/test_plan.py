@@ -1,0 +1,194 @@
+"""The planner (issue 28, items 6-7): ``python -m evals.plan`` on the paper grid offline, its totals and CSV, one-line
+refusals, the deduplication of identical jobs, and its memory estimate against the peak tracked on CPU."""
+
+from __future__ import annotations
+
+import csv
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from evals.plan import alias_of, check_fits, choose_rows, job_from_config, peak_bytes, with_prompt
+from evals.plan.__main__ import main
+from evals.plan.device import GIB
+from evals.plan.table import COLUMNS, TODAY_COMPILED_GPU_HOURS
+from tests.runner_utils import ROOT, compose_cfg
+
+PAPER_GOAL_GPU_HOURS = 250  # issue 28's goal for the GPU check, by the planner's estimate
+
+
+@pytest.fixture(scope="module")
+def paper(tmp_path_factory):
+    """The paper grid planned in-process with every socket refused: (exit code, stdout, plan.csv rows)."""
+    out = tmp_path_factory.mktemp("paper")
+    mp = pytest.MonkeyPatch()
+
+    def refuse(*a, **k):
+        raise OSError("the planner must not reach the network")
+
+    mp.setattr(socket.socket, "connect", refuse)
+    mp.setattr(socket, "create_connection", refuse)
+    mp.delenv("HF_HUB_OFFLINE", raising=False)
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(buf):
+            code = main(["-m", "+experiment=paper", f"out_root={out}"])
+    finally:
+        mp.undo()
+    with open(out / "plan.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    return code, buf.getvalue(), rows
+
+
+def test_paper_grid_fits_80_gib_and_costs_at_most_a_third_of_todays_estimate(paper):
+    code, text, rows = paper
+    assert code == 0
+    assert len(rows) == 72 and tuple(rows[0]) == COLUMNS
+    assert all(0 < float(r["peak_gib"]) <= 80 - 2 and int(r["rows"]) >= 1 for r in rows)
+    hours = sum(float(r["gpu_hours"]) for r in rows)
+    assert 0 < hours <= min(TODAY_COMPILED_GPU_HOURS / 3, PAPER_GOAL_GPU_HOURS)
+    printed = float(text.split("GPU-hours: ", 1)[1].split()[0])
+    assert printed == pytest.approx(hours, abs=0.1)
+    assert "every job fits" in text
+
+
+def test_the_full_cache_longbench_estimate_holds_the_weights_and_a_128k_cache(paper):
+    rows = [r for r in paper[2] if r["task"] == "longbench_v2" and r["compression"] == "none"]
+    weights = 8_030_261_248 * 2 / GIB
+    kv_128k = 128_000 * 128 * 1024 / GIB  # 128 KiB per token (32 layers x 8 KV heads x 128 x 2 x bf16)
+    assert rows and all(float(r["peak_gib"]) >= max(30, weights + kv_128k) for r in rows)
+    assert all(int(r["rows"]) <= 3 for r in rows)  # the full cache fits three 120k-128k sequences at most
+
+
+def test_none_at_every_budget_is_one_run_and_short_prompt_jobs_point_at_it(paper):
+    rows = paper[2]
+    dirs = {r["run_dir"] for r in rows}
+    assert len(dirs) == 60  # 72 jobs: none's three budgets share one directory
+    same_dir = [r for r in rows if r["reason"] == "same run directory"]
+    assert len(same_dir) == 12 and all(r["compression"] == "none" and r["same_as"] == r["run_dir"] for r in same_dir)
+    aliased = [r for r in rows if r["reason"].startswith("keeps every token")]
+    none_dirs = {r["run_dir"] for r in rows if r["compression"] == "none"}
+    assert aliased and all(r["same_as"] in none_dirs and float(r["gpu_hours"]) == 0 for r in aliased)
+    # AIME's prompts (<= 400 tokens) fit every budget: SnapKV equals the full cache at all three
+    aime_snapkv = {(r["model"], r["prompt_budget"]) for r in aliased
+                   if r["task"] == "aime24" and r["compression"] == "snapkv"}
+    models = ("llama31_8b_instruct", "r1_distill_llama_8b")
+    assert aime_snapkv == {(m, b) for m in models for b in ("1024", "2048", "4096")}
+    assert not [r for r in aliased if r["task"] == "longbench_v2"]  # long prompts are always compressed
+
+
+def test_the_planner_imports_no_torch_reads_no_data_and_is_quick(tmp_path):
+    code = (
+        "import sys, time; t = time.time()\n"
+        "import snapstream_core.methods\n"
+        "torch_before = 'torch' in sys.modules\n"
+        "from evals.plan.__main__ import main\n"
+        f"rc = main(['model=llama31_8b_instruct', 'task=aime24', 'compression=snapstream', 'out_root={tmp_path}'])\n"
+        "print(rc, torch_before, 'torch' in sys.modules, 'tasks' in sys.modules or 'datasets' in sys.modules,"
+        " round(time.time() - t, 1))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    rc, torch_before, torch_after, data, _seconds = out.stdout.split()[-5:]
+    assert rc == "0" and data == "False", out.stderr
+    if torch_before == "False":  # once snapstream_core.methods imports no torch (issue 32), neither may the planner
+        assert torch_after == "False"
+
+
+def test_a_job_that_cannot_fit_exits_2_with_one_line_naming_it_and_its_need(tmp_path, capsys):
+    code = main(["model=llama31_8b_instruct", "task=longbench_v2", "compression=none", "plan.memory_gib=30",
+                 f"out_root={tmp_path}"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1
+    assert err[0].startswith("error: plan.memory_gib: llama31_8b_instruct longbench_v2 none n=1 needs ")
+    assert "GiB at 1 row(s)" in err[0] and "plan.memory_gib=30" in err[0]
+
+
+def test_a_bad_override_is_one_line(tmp_path, capsys):
+    assert main(["model=llama31_8b_instruct", "compression.no_such_knob=3", f"out_root={tmp_path}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no_such_knob" in err[0]
+
+
+def _job(*overrides):
+    return job_from_config(compose_cfg(["model=llama31_8b_instruct", "task=aime24", *overrides]))
+
+
+def test_rows_fill_the_budget_and_respect_gen_rows():
+    job = _job("compression=snapstream", "compression.prompt_budget=1024", "compression.recent=1024",
+               "gen.n_samples=64")
+    rows = choose_rows(job)
+    assert rows > 1 and peak_bytes(job, rows) <= (80 - 2) * GIB < peak_bytes(job, rows + 1)
+    assert choose_rows(job, memory_gib=40) < rows
+    assert choose_rows(_job("task.limit=1", "gen.n_samples=3")) == 3  # never more rows than samples
+    assert choose_rows(_job("+gen.rows=7")) == 7
+    with pytest.raises(ValueError, match=r"^gen\.rows: llama31_8b_instruct aime24 none n=1 needs .* GiB at 10000 row"):
+        check_fits(_job("+gen.rows=10000"))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "longest", "same"),
+    [
+        (["compression=snapkv", "compression.prompt_budget=1024"], 1024, True),
+        (["compression=snapkv", "compression.prompt_budget=1024"], 1025, False),
+        (["compression=snapkv", "compression.ratio=0.5"], 300, False),  # a ratio always drops half
+        (["compression=snapstream", "compression.prompt_budget=1024", "compression.recent=32768"], 500, True),
+        (["compression=snapstream", "compression.prompt_budget=1024", "compression.recent=1024"], 500, False),
+        (["compression=streaming_llm", "compression.prompt_budget=40000"], 500, True),
+        (["compression=none"], 500, False),  # the full cache is the reference, never an alias
+    ],
+)
+def test_alias_of_names_the_full_cache_when_the_method_keeps_every_token(overrides, longest, same):
+    job = _job(*overrides)
+    alias = alias_of(job, longest)
+    assert (alias is not None) == same
+    if same:
+        assert alias.compression == "none" and "/none/" in alias.run_dir and alias.max_prompt_tokens == longest
+        assert alias.run_dir == _job("compression=none").run_dir
+
+
+def test_rows_shrink_when_the_runner_sees_longer_prompts():
+    job = _job("compression=none")
+    assert choose_rows(with_prompt(job, 20_000)) < choose_rows(job)
+    assert choose_rows(job, max_prompt_tokens=20_000) == choose_rows(with_prompt(job, 20_000))
+
+
+@pytest.mark.parametrize("method", [["compression=none"],
+                                    ["compression=snapstream", "compression.prompt_budget=256",
+                                     "compression.recent=64"]])
+def test_the_estimate_bounds_the_tracked_cpu_peak_of_a_prefill_and_decode(method):
+    """tiny_llama, a 2048-token prompt (one prefill chunk: the formula's case for an unchunked forward), then 8 decode
+    steps: the tracked peak (weights + every tensor allocated) stays under the estimate, and within 25% of it."""
+    import torch
+    from omegaconf import OmegaConf
+
+    import snapstream_core as ss
+    from evals.models import load_model
+    from tests.alloc_tracker import AllocTracker
+
+    T, steps = 2048, 8
+    cfg = compose_cfg(["model=tiny_llama", "task=needle", f"task.context_tokens={T}", f"gen.max_new_tokens={steps}",
+                       *method])
+    model, _ = load_model(cfg.model)
+    job = with_prompt(job_from_config(cfg), T)
+    method_obj = ss.compression_from_config(OmegaConf.to_container(cfg.compression, resolve=True))
+    ids = torch.randint(0, 1000, (1, T), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad(), AllocTracker(model) as tracker:
+        ss.attach(model)
+        cache = ss.make_cache(model, method_obj)
+        out = model(input_ids=ids, attention_mask=torch.ones_like(ids), past_key_values=cache, logits_to_keep=1)
+        token = out.logits[:, -1].argmax(-1, keepdim=True)
+        del out
+        for i in range(steps):
+            out = model(input_ids=token, past_key_values=cache, position_ids=torch.tensor([[T + i]]))
+            token = out.logits[:, -1].argmax(-1, keepdim=True)
+            del out
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    measured = weights + tracker.peak
+    estimate = peak_bytes(job, 1)
+    assert weights == job.shape.weight_bytes
+    assert measured <= estimate <= 1.25 * measured, (measured / 2**20, estimate / 2**20)
