@@ -55,6 +55,13 @@ lint: setup ## ruff check (configured in pyproject.toml); FIX=1 applies the safe
 bench: setup ## performance benchmarks of the core -> bench/results/*.csv + *.png
 	$(PY) -m bench.run $(ARGS)
 
+.PHONY: plan gpu-check
+plan: setup ## plan a sweep without running it: rows, peak GiB, GPU-hours -> <out_root>/plan.csv (ARGS="-m +experiment=paper")
+	$(PY) -m evals.plan $(or $(ARGS),-m +experiment=paper)
+
+gpu-check: setup ## on a CUDA GPU: tokens, planned vs measured peak, decode vs floor -> bench/results/gpu/check/ (ARGS=--tiny: CPU dry run)
+	$(PY) -m bench.gpu_check $(ARGS)
+
 KVPRESS_VENV := .venv-kvpress
 KVPRESS_STAMP := $(KVPRESS_VENV)/.installed
 
