@@ -9,8 +9,10 @@ and clearly..." template; open-r1 evaluates through lighteval. We keep the R1 ca
 
 Grading, ``task.protocol`` (:data:`PROTOCOLS`):
 
-- ``lighteval`` (default): lighteval's aime24 metric (:mod:`tasks.aime24.lighteval_metric`): ``<think>…</think>``
-  removed only when both tags are present, then Math-Verify's expression + LaTeX extraction over the whole text;
+- ``lighteval`` (default): lighteval 0.13.0's aime24 metric, ``pass@k:k=1`` (:mod:`tasks.aime24.lighteval_metric`):
+  ``<think>…</think>`` removed only when both tags are present, then its expression + LaTeX extraction over the
+  whole text, the last box winning as with its pinned ``latex2sympy2_extended==1.0.6``; ``task.grader_version``
+  (``lighteval-0.13.0`` | ``open-r1`` | ``math-verify-0.9.0``) names the variant;
 - ``boxed`` (stricter): the last ``\\boxed{...}`` after the last ``</think>``, an integer comparison ("025" == 25),
   else Math-Verify with the gold first (:func:`tasks.aime24.grader.grade`); a thinking model's completion that never
   closes ``</think>`` has no answer.
@@ -32,6 +34,7 @@ from typing import Any
 from tasks.aime24.data import Item, load
 from tasks.aime24.data import validate as _validate_data
 from tasks.aime24.grader import DEFAULT_TIMEOUT_S, canonical_answer, grade, grade_lighteval
+from tasks.aime24.lighteval_metric import DEFAULT_GRADER_VERSION, GRADER_VERSIONS
 from tasks.aime24.summary import item_terms, per_problem, summarize
 from tasks.base import THINK_CLOSE, Prompt, r1_prefill, split_thinking
 from tasks.source import protocol_of
@@ -56,6 +59,7 @@ def validate(cfg: Any) -> None:
         if not isinstance(template, str) or PLACEHOLDER not in template:
             raise ValueError(f"task.templates.{family}: must be a string containing {PLACEHOLDER}")
     _timeout(cfg)
+    grader_version(cfg)
     protocol_name(cfg)
     _validate_data(cfg)
 
@@ -63,6 +67,15 @@ def validate(cfg: Any) -> None:
 def protocol_name(cfg: Any) -> str:
     """The grading protocol of this run (``task.protocol``), as rows and ``meta.json`` record it."""
     return protocol_of(cfg, PROTOCOLS)
+
+
+def grader_version(cfg: Any) -> str:
+    """``task.grader_version`` (default ``lighteval-0.13.0``): which lighteval the ``lighteval`` protocol follows."""
+    value = cfg.get("grader_version") if cfg is not None else None
+    value = DEFAULT_GRADER_VERSION if value is None else value
+    if value not in GRADER_VERSIONS:
+        raise ValueError(f"task.grader_version: unknown {value!r}; expected one of {', '.join(GRADER_VERSIONS)}")
+    return str(value)
 
 
 def answer_part(completion: str, thinking: bool, *, cfg: Any = None) -> tuple[str, bool]:
@@ -105,7 +118,7 @@ def score(item: Item, completion: str, *, cfg: Any = None) -> dict[str, Any]:
     protocol = protocol_name(cfg)
     text = completion if isinstance(completion, str) else ""
     if protocol == "lighteval":
-        verdict = grade_lighteval(item.answer, text, timeout_s=_timeout(cfg))
+        verdict = grade_lighteval(item.answer, text, timeout_s=_timeout(cfg), version=grader_version(cfg))
         return {"prediction": verdict.prediction, "answer": canonical_answer(item.answer),
                 "correct": verdict.correct, "boxed": verdict.boxed, "protocol": protocol}
     if THINK_CLOSE in text:
