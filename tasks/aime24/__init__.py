@@ -36,7 +36,7 @@ from tasks.aime24.data import validate as _validate_data
 from tasks.aime24.grader import DEFAULT_TIMEOUT_S, canonical_answer, grade, grade_lighteval
 from tasks.aime24.lighteval_metric import DEFAULT_GRADER_VERSION, GRADER_VERSIONS
 from tasks.aime24.summary import item_terms, per_problem, summarize
-from tasks.base import THINK_CLOSE, Prompt, r1_prefill, split_thinking
+from tasks.base import Prompt, r1_prefill, split_thinking
 from tasks.source import protocol_of
 
 PRIMARY_METRIC = "pass@1"
@@ -81,10 +81,7 @@ def grader_version(cfg: Any) -> str:
 def answer_part(completion: str, thinking: bool, *, cfg: Any = None) -> tuple[str, bool]:
     """``(text to grade, thinking_closed)``. ``lighteval``: the whole completion (its reasoning tags are removed at
     grading, only when both are present); ``boxed``: :func:`tasks.base.split_thinking`."""
-    if protocol_name(cfg) == "lighteval":
-        closed = THINK_CLOSE in completion if thinking else True
-        return completion, closed
-    return split_thinking(completion, thinking)
+    return split_thinking(completion, thinking, whole=protocol_name(cfg) == "lighteval")
 
 
 def prompt(item: Item, model_cfg: Any, *, cfg: Any, tokenizer: Any = None) -> Prompt:
@@ -121,10 +118,8 @@ def score(item: Item, completion: str, *, cfg: Any = None) -> dict[str, Any]:
         verdict = grade_lighteval(item.answer, text, timeout_s=_timeout(cfg), version=grader_version(cfg))
         return {"prediction": verdict.prediction, "answer": canonical_answer(item.answer),
                 "correct": verdict.correct, "boxed": verdict.boxed, "protocol": protocol}
-    if THINK_CLOSE in text:
-        text = text.rpartition(THINK_CLOSE)[2]
-    elif THINK_OPEN in text:
-        text = ""  # the thinking never closed: no answer part (as split_thinking does for thinking models)
+    # a </think> still present: only the text after it; a <think> never closed: nothing to grade
+    text, _closed = split_thinking(text, THINK_OPEN in text)
     verdict = grade(item.answer, text, timeout_s=_timeout(cfg))
     return {
         "prediction": verdict.prediction,
