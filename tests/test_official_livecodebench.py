@@ -93,3 +93,22 @@ def test_code_is_taken_from_the_whole_output_under_lcb_runner():
     assert text == completion and closed is False
     assert lcb.answer_part(completion, True, cfg={"protocol": "strict"}) == ("", False)
     assert grade(problem("sum"), "print(6)", settings("lcb_runner")).tests_passed == 1  # first test only
+
+
+# Programs that import numpy, pandas or scipy: lcb_runner passes them (testing_util imports numpy at module level,
+# before reliability_guard(); numpy's own import calls os.putenv, which the guard disables).
+SCIENTIFIC = [
+    ("sum", "import numpy as np\nn = int(input())\na = np.array(list(map(int, input().split())))\nprint(int(a.sum()))"),
+    ("sum", "import pandas as pd\nn = int(input())\n"
+            "s = pd.Series(list(map(int, input().split())))\nprint(int(s.sum()))"),
+    ("sum", "from scipy import special\nimport sys\nd = sys.stdin.read().split()\nprint(sum(map(int, d[1:])))"),
+    ("add", "import numpy as np\nclass Solution:\n    def addAll(self, nums, k):\n        return (np.array(nums) + k)"
+            ".tolist()"),
+]
+
+
+@pytest.mark.parametrize("name,code", SCIENTIFIC, ids=["numpy-stdin", "pandas-stdin", "scipy-stdin", "numpy-func"])
+def test_numpy_pandas_scipy_programs_pass_as_in_lcb_runner(name, code):
+    pytest.importorskip("numpy")
+    verdict = grade_many([(problem(name), code)], settings("lcb_runner"))[0]
+    assert verdict.correct, verdict
