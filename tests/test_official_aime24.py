@@ -127,3 +127,17 @@ def test_grader_library_warnings_are_logged_once(caplog):
             aime.score(item(gold), f"The answer is \\boxed{{{gold}}}.", cfg=cfg())
     repeated = [r for r in caplog.records if "deprecated" in r.getMessage()]
     assert len(repeated) <= 1
+
+
+# latex2sympy2_extended 1.0.6 parses \boxed{116\%} as 1.16 (wrong, the search stops); the 1.11 we run cannot parse
+# it, so with the thinking kept (open-r1) the search goes on to the "116" in the thinking. The one case that differs.
+OPEN_R1_KNOWN = {"34.2: \\boxed{{{g}\\%}}"}
+
+
+@pytest.mark.parametrize("case", BATTERY, ids=[c["case"] for c in BATTERY])
+def test_open_r1_variant_grades_as_its_pinned_lighteval(case):
+    if case["case"] in OPEN_R1_KNOWN:
+        pytest.xfail("percent of an integer: see OPEN_R1_KNOWN")
+    c = cfg(grader_version="open-r1")
+    text, _closed = aime.answer_part(case["completion"], True, cfg=c)
+    assert aime.score(item(case["gold"]), text, cfg=c)["correct"] is case["openr1_correct"]

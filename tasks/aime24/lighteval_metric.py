@@ -24,7 +24,10 @@ rule keeps (:func:`boxes_kept`).
   the first unparsed match kept as a string fallback (``fallback_mode="first_match"``);
 - ``open-r1``: lighteval ``d3da6b9`` as pinned by open-r1's ``setup.py`` (0.9.1.dev0, ``math_pass@1:{n}_samples``):
   no reasoning-tag removal (the thinking is graded with the answer; the rightmost match still wins), no string
-  fallback, the same 1.0.6 box rule;
+  fallback, numbers compared after rounding to integers (its ``PassAtK`` passes the document where the precision
+  goes), the same 1.0.6 box rule; 176 of 177 battery verdicts agree with that lighteval run unmodified (the one
+  left: ``\\boxed{116\\%}`` after a thinking that says 116: latex2sympy2_extended 1.0.6 parses ``116\\%`` as 1.16
+  and stops there, 1.11 cannot parse it, so the search goes on to the 116 in the thinking);
 - ``math-verify-0.9.0``: Math-Verify 0.9.0's own box rule (what this project graded with before), tags removed.
 """
 
@@ -39,6 +42,9 @@ log = logging.getLogger(__name__)
 
 THINK_TAGS = (("<think>", "</think>"),)
 PRECISION = 6  # pass_at_k_math(precision=6) -> verify(float_rounding=6)
+# lighteval d3da6b9's math_pass_at_1_*n calls compare_gold_target(pred, gold, formatted_doc): the document (None) lands
+# in `precision`, and sympy's round(None) rounds to an integer, so "32.9999999" equals 33 there.
+OPEN_R1_ROUNDING = None
 GRADER_VERSIONS = ("lighteval-0.13.0", "open-r1", "math-verify-0.9.0")
 DEFAULT_GRADER_VERSION = GRADER_VERSIONS[0]
 
@@ -223,7 +229,8 @@ def lighteval_compare(gold: str, text: str, timeout_s: int,
         if not pred:
             return None, False
         key = _key(pred[0], sympy)
-        correct = bool(verify(gold_parsed, pred, float_rounding=PRECISION, timeout_seconds=timeout_s))
+        rounding = OPEN_R1_ROUNDING if version == "open-r1" else PRECISION
+        correct = bool(verify(gold_parsed, pred, float_rounding=rounding, timeout_seconds=timeout_s))
         return key, correct
     except Exception:  # noqa: BLE001 - a grader failure is a wrong answer, not a crash
         log.debug("lighteval-style grading failed", exc_info=True)
