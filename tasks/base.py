@@ -38,19 +38,23 @@ class Prompt:
     gen: Mapping[str, Any] | None = None
 
 
-def split_thinking(completion: str, thinking: bool) -> tuple[str, bool]:
-    """Return ``(answer_text, thinking_closed)``.
+def split_thinking(completion: str, thinking: bool, *, whole: bool = False) -> tuple[str, bool]:
+    """Return ``(answer_text, thinking_closed)``: the one split at ``</think>`` every task uses.
 
     The answer is the text after the last ``</think>`` when there is one. For a thinking model whose completion never
     closes its thinking, the answer is empty and ``thinking_closed`` is False (the row is flagged, the item counts as
     unanswered). Non-thinking models keep their whole completion when no ``</think>`` appears.
+
+    ``whole=True`` (protocols that grade the whole output: lighteval's AIME, lcb_runner, LongBench-v2 ``raw``): the
+    answer text is the completion itself; ``thinking_closed`` is computed the same way.
     """
     head, sep, tail = completion.rpartition(THINK_CLOSE)
+    closed = bool(sep) or not thinking
+    if whole:
+        return completion, closed
     if sep:
         return tail, True
-    if thinking:
-        return "", False
-    return completion, True
+    return ("", False) if thinking else (completion, True)
 
 
 MAX_JSON_DEPTH = 64  # the deepest real record: a task line (1) holding a functional test value (a few levels)

@@ -93,13 +93,13 @@ def test_score_fields(items):
     item = items[0]
     assert score(item, f"The correct answer is ({item.answer})") == {
         "prediction": item.answer, "answer": item.answer, "correct": True, "answered": True, "skipped": False,
-        "protocol": "official"}
+        "protocol": "strict"}
     wrong = "A" if item.answer != "A" else "B"
     assert score(item, f"**The correct answer is {wrong}**")["correct"] is False
     assert score(item, "I cannot tell.") == {"prediction": None, "answer": item.answer, "correct": False,
-                                             "answered": False, "skipped": False, "protocol": "official"}
-    assert score(item, "")["skipped"] is True  # pred.py: output == '' -> the item is never written
-    assert score(item, "", cfg={"protocol": "strict"})["skipped"] is False
+                                             "answered": False, "skipped": False, "protocol": "strict"}
+    assert score(item, "")["skipped"] is False  # strict (default): an empty answer is wrong, never dropped
+    assert score(item, "", cfg={"protocol": "drop_empty"})["skipped"] is True  # the old behaviour, by name only
 
 
 def rows_for(items, completion_of) -> pd.DataFrame:
@@ -164,3 +164,54 @@ def test_summary_reads_rows_back_from_csv(tmp_path, items):
 def test_empty_rows_give_an_empty_table():
     empty = summarize(pd.DataFrame(columns=["item_id", "correct", "prediction"]))
     assert empty.empty and list(empty.columns) == ["metric", "group", "value", "n"]
+
+
+def _r1_battery(items):
+    """R1-style completions over the bundled items: closed thinking with an answer, unfinished thinking (with and
+    without a letter inside it), an empty answer after </think>, a wrong letter."""
+    out = []
+    for i, item in enumerate(items):
+        right, wrong = item.answer, "A" if item.answer != "A" else "B"
+        kind = i % 5
+        text = {
+            0: f"<think>\nLet me read.\n</think>\n\nThe correct answer is ({right})",
+            1: f"<think>\nThe correct answer is ({right}) I think, but let me check the",  # unfinished
+            2: "<think>\nStill reading the document and",  # unfinished, no letter
+            3: f"<think>\nThe correct answer is ({right})\n</think>\n\n",  # nothing after </think>
+            4: f"<think>\nhmm\n</think>\nThe correct answer is ({wrong})",
+        }[kind]
+        out.append((item, text))
+    return out
+
+
+def _official_accuracy(pairs, whole_text: bool) -> float:
+    """pred.py + result.py: every item written (no failed API call), extract_answer on the served text (the whole
+    text without a reasoning parser; else the content after </think>, None -> no letter), judge = pred == answer,
+    overall = 100 * sum(judge) / len(written)."""
+    judged = []
+    for item, text in pairs:
+        served = text if whole_text else (text.rpartition("</think>")[2] if "</think>" in text else "")
+        judged.append(official_extract_answer(served.strip()) == item.answer)
+    return 100.0 * sum(judged) / len(judged)
+
+
+@pytest.mark.parametrize("protocol,whole", [("strict", False), ("raw", True)])
+def test_r1_replay_accuracy_equals_pred_and_result_over_all_rows(items, protocol, whole):
+    """Every row stays in the denominator: strict = pred.py on the content after </think> with an unfinished answer
+    wrong; raw = pred.py on the whole text. drop_empty (the old default) leaves rows out."""
+    from tasks.longbench_v2 import answer_part
+
+    cfg = {"protocol": protocol}
+    pairs = _r1_battery(items)
+    rows = []
+    for item, text in pairs:
+        part, closed = answer_part(text, True, cfg=cfg)
+        rows.append({"item_id": item.item_id, "sample_idx": 0, **item.breakdown, **score(item, part, cfg=cfg),
+                     "thinking_closed": closed})
+    summary = summarize(pd.DataFrame(rows))
+    assert value(summary, "accuracy", "all") == (pytest.approx(_official_accuracy(pairs, whole)), len(items))
+    assert value(summary, "skipped", "all")[0] == 0.0
+    dropped = pd.DataFrame([{"item_id": it.item_id, "sample_idx": 0, **it.breakdown,
+                             **score(it, answer_part(t, True, cfg={"protocol": "drop_empty"})[0],
+                                     cfg={"protocol": "drop_empty"})} for it, t in pairs])
+    assert value(summarize(dropped), "accuracy", "all")[1] < len(items)

@@ -1,5 +1,5 @@
 """LiveCodeBench verdicts as lcb_runner's ``testing_util.run_test`` gives them (``task.protocol=lcb_runner``, the
-default): a battery of 59 programs (stdin/stdout idioms, disabled functions, exits, big integers, recursion,
+default): a battery of 71 programs (stdin/stdout idioms, disabled functions, exits, big integers, recursion,
 functional return types, missing imports) whose official verdicts were measured by running lcb_runner's own code;
 each case names the official line that decides it (``tests/data/lcb_official_battery.json``)."""
 
@@ -29,9 +29,18 @@ def problem(name: str) -> Problem:
                    func_name=spec["func_name"])
 
 
-def settings(protocol: str) -> GradeSettings:
+def settings(protocol: str, **knobs) -> GradeSettings:
     mode = "bwrap" if _bwrap_works() else "process"
-    return GradeSettings.from_cfg({**cfg_for(mode), "protocol": protocol})
+    return GradeSettings.from_cfg({**cfg_for(mode), "protocol": protocol, **knobs})
+
+
+# Importing pandas or scipy takes seconds on a loaded machine: those programs get lcb_runner's 6 s per test and its
+# memory, not the short test timeouts (which still decide the battery's timeout cases).
+SCIENTIFIC_KNOBS = {"timeout_s": 6, "memory_mb": 4096}
+
+
+def scientific(code: str) -> bool:
+    return any(name in code for name in ("numpy", "pandas", "scipy"))
 
 
 def _bwrap_works() -> bool:
@@ -46,8 +55,13 @@ def _bwrap_works() -> bool:
 
 @pytest.fixture(scope="module")
 def default_verdicts():
-    pairs = [(problem(p["problem"]), p["code"]) for p in PROGRAMS]
-    return grade_many(pairs, settings("lcb_runner"))
+    heavy = [i for i, p in enumerate(PROGRAMS) if scientific(p["code"])]
+    light = [i for i in range(len(PROGRAMS)) if i not in heavy]
+    verdicts = {}
+    for indices, knobs in ((light, {}), (heavy, SCIENTIFIC_KNOBS)):
+        pairs = [(problem(PROGRAMS[i]["problem"]), PROGRAMS[i]["code"]) for i in indices]
+        verdicts.update(zip(indices, grade_many(pairs, settings("lcb_runner", **knobs))))
+    return [verdicts[i] for i in range(len(PROGRAMS))]
 
 
 def test_battery_covers_the_required_kinds():
@@ -93,3 +107,22 @@ def test_code_is_taken_from_the_whole_output_under_lcb_runner():
     assert text == completion and closed is False
     assert lcb.answer_part(completion, True, cfg={"protocol": "strict"}) == ("", False)
     assert grade(problem("sum"), "print(6)", settings("lcb_runner")).tests_passed == 1  # first test only
+
+
+# Programs that import numpy, pandas or scipy: lcb_runner passes them (testing_util imports numpy at module level,
+# before reliability_guard(); numpy's own import calls os.putenv, which the guard disables).
+SCIENTIFIC = [
+    ("sum", "import numpy as np\nn = int(input())\na = np.array(list(map(int, input().split())))\nprint(int(a.sum()))"),
+    ("sum", "import pandas as pd\nn = int(input())\n"
+            "s = pd.Series(list(map(int, input().split())))\nprint(int(s.sum()))"),
+    ("sum", "from scipy import special\nimport sys\nd = sys.stdin.read().split()\nprint(sum(map(int, d[1:])))"),
+    ("add", "import numpy as np\nclass Solution:\n    def addAll(self, nums, k):\n        return (np.array(nums) + k)"
+            ".tolist()"),
+]
+
+
+@pytest.mark.parametrize("name,code", SCIENTIFIC, ids=["numpy-stdin", "pandas-stdin", "scipy-stdin", "numpy-func"])
+def test_numpy_pandas_scipy_programs_pass_as_in_lcb_runner(name, code):
+    pytest.importorskip("numpy")
+    verdict = grade_many([(problem(name), code)], settings("lcb_runner", **SCIENTIFIC_KNOBS))[0]
+    assert verdict.correct, verdict

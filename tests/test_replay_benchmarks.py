@@ -75,19 +75,43 @@ def test_aime24_unclosed_thinking_by_protocol(tmp_path, protocol, expected):
     assert set(rows["protocol"]) == {protocol}
 
 
-def test_longbench_v2_empty_outputs_leave_the_official_denominator(tmp_path):
-    """pred.py never writes an item whose output is empty, so result.py divides by the items written: 2 empty of 8,
-    the 6 others right -> 100% over n=6 (official); the strict protocol counts them wrong over n=8."""
+def test_longbench_v2_empty_outputs_stay_in_the_denominator(tmp_path):
+    """strict (default): 2 empty outputs of 8 count wrong over n=8; drop_empty (the old behaviour, by name only)
+    leaves them out: 100% over n=6."""
     items = bundled("longbench_v2")
     records = [{"item_id": i.item_id, "completion": "" if k < 2 else f"The correct answer is ({i.answer})"}
                for k, i in enumerate(items)]
-    official = replay(tmp_path / "o", "longbench_v2", records)
-    strict = replay(tmp_path / "s", "longbench_v2", records, "task.protocol=strict")
+    strict = replay(tmp_path / "s", "longbench_v2", records)
+    dropped = replay(tmp_path / "o", "longbench_v2", records, "task.protocol=drop_empty")
     n = len(items)
-    assert official[("accuracy", "all")] == 100.0 and official[("skipped", "all")] == pytest.approx(100 * 2 / n)
     assert strict[("accuracy", "all")] == pytest.approx(100 * (n - 2) / n) and strict[("skipped", "all")] == 0
+    assert dropped[("accuracy", "all")] == 100.0 and dropped[("skipped", "all")] == pytest.approx(100 * 2 / n)
     counts = pd.read_csv(next((tmp_path / "o").rglob("summary.csv"))).set_index(["metric", "group"])["n"]
     assert counts[("accuracy", "all")] == n - 2 and counts[("skipped", "all")] == n
+
+
+@pytest.mark.parametrize("protocol, expected_right", [("strict", 2), ("raw", 4)])
+def test_longbench_v2_r1_unfinished_thinking_counts_and_is_reported(tmp_path, protocol, expected_right):
+    """R1 replay: 2 finished answers right, 2 unfinished thinking blocks holding the right letter, 4 unfinished with
+    none. Every item stays in the denominator; strict counts the unfinished ones wrong, raw (pred.py on the whole
+    text) reads the letter inside the thinking; summary.csv carries the share of unfinished thinking (6 of 8)."""
+    items = bundled("longbench_v2")
+    records = []
+    for k, i in enumerate(items):
+        if k < 2:
+            text = f"<think>\nreading\n</think>\n\nThe correct answer is ({i.answer})"
+        elif k < 4:
+            text = f"<think>\nThe correct answer is ({i.answer}), unless the"
+        else:
+            text = "<think>\nStill reading the"
+        records.append({"item_id": i.item_id, "completion": text})
+    value = replay(tmp_path, "longbench_v2", records, "model=r1_distill_llama_8b", "task.source=bundled",
+                   f"task.protocol={protocol}")
+    n = len(items)
+    assert value[("accuracy", "all")] == pytest.approx(100 * expected_right / n)
+    assert value[("share_think_unclosed", "all")] == pytest.approx(100 * (n - 2) / n)
+    counts = pd.read_csv(next(tmp_path.rglob("summary.csv"))).set_index(["metric", "group"])["n"]
+    assert counts[("accuracy", "all")] == n
 
 
 def test_livecodebench_reference_solutions_pass_at_1_is_100(tmp_path):

@@ -14,6 +14,7 @@ import pandas as pd
 from evals.report.load import collect
 from evals.report.paired import paired_deltas
 from evals.report.plots import plot
+from evals.report.references import reference_table  # issue 29: published references
 from evals.report.tables import behaviour_table, breakdown_tables, headline, pivots
 from tasks.protocol import hook
 
@@ -54,6 +55,12 @@ def _sections(root: Path):
                                                behaviour_table(head, deltas))]
     tables += breakdown_tables(summary)
     tables += _per_problem_tables(head)
+    # issue 29 (begin): published references beside full-cache runs of the paper models (evals/report/references.py)
+    references = reference_table(summary)
+    if not references.empty:
+        tables.insert(0, ("Published references for full-cache runs (ours ± se; published ± se [95% interval])",
+                          references))
+    # issue 29 (end)
     return summary, head, tables
 
 

@@ -9,8 +9,10 @@ and clearly..." template; open-r1 evaluates through lighteval. We keep the R1 ca
 
 Grading, ``task.protocol`` (:data:`PROTOCOLS`):
 
-- ``lighteval`` (default): lighteval's aime24 metric (:mod:`tasks.aime24.lighteval_metric`): ``<think>…</think>``
-  removed only when both tags are present, then Math-Verify's expression + LaTeX extraction over the whole text;
+- ``lighteval`` (default): lighteval 0.13.0's aime24 metric, ``pass@k:k=1`` (:mod:`tasks.aime24.lighteval_metric`):
+  ``<think>…</think>`` removed only when both tags are present, then its expression + LaTeX extraction over the
+  whole text, the last box winning as with its pinned ``latex2sympy2_extended==1.0.6``; ``task.grader_version``
+  (``lighteval-0.13.0`` | ``open-r1`` | ``math-verify-0.9.0``) names the variant;
 - ``boxed`` (stricter): the last ``\\boxed{...}`` after the last ``</think>``, an integer comparison ("025" == 25),
   else Math-Verify with the gold first (:func:`tasks.aime24.grader.grade`); a thinking model's completion that never
   closes ``</think>`` has no answer.
@@ -32,8 +34,9 @@ from typing import Any
 from tasks.aime24.data import Item, load
 from tasks.aime24.data import validate as _validate_data
 from tasks.aime24.grader import DEFAULT_TIMEOUT_S, canonical_answer, grade, grade_lighteval
+from tasks.aime24.lighteval_metric import DEFAULT_GRADER_VERSION, GRADER_VERSIONS
 from tasks.aime24.summary import item_terms, per_problem, summarize
-from tasks.base import THINK_CLOSE, Prompt, r1_prefill, split_thinking
+from tasks.base import Prompt, r1_prefill, split_thinking
 from tasks.source import protocol_of
 
 PRIMARY_METRIC = "pass@1"
@@ -56,6 +59,7 @@ def validate(cfg: Any) -> None:
         if not isinstance(template, str) or PLACEHOLDER not in template:
             raise ValueError(f"task.templates.{family}: must be a string containing {PLACEHOLDER}")
     _timeout(cfg)
+    grader_version(cfg)
     protocol_name(cfg)
     _validate_data(cfg)
 
@@ -65,13 +69,19 @@ def protocol_name(cfg: Any) -> str:
     return protocol_of(cfg, PROTOCOLS)
 
 
+def grader_version(cfg: Any) -> str:
+    """``task.grader_version`` (default ``lighteval-0.13.0``): which lighteval the ``lighteval`` protocol follows."""
+    value = cfg.get("grader_version") if cfg is not None else None
+    value = DEFAULT_GRADER_VERSION if value is None else value
+    if value not in GRADER_VERSIONS:
+        raise ValueError(f"task.grader_version: unknown {value!r}; expected one of {', '.join(GRADER_VERSIONS)}")
+    return str(value)
+
+
 def answer_part(completion: str, thinking: bool, *, cfg: Any = None) -> tuple[str, bool]:
     """``(text to grade, thinking_closed)``. ``lighteval``: the whole completion (its reasoning tags are removed at
     grading, only when both are present); ``boxed``: :func:`tasks.base.split_thinking`."""
-    if protocol_name(cfg) == "lighteval":
-        closed = THINK_CLOSE in completion if thinking else True
-        return completion, closed
-    return split_thinking(completion, thinking)
+    return split_thinking(completion, thinking, whole=protocol_name(cfg) == "lighteval")
 
 
 def prompt(item: Item, model_cfg: Any, *, cfg: Any, tokenizer: Any = None) -> Prompt:
@@ -105,13 +115,11 @@ def score(item: Item, completion: str, *, cfg: Any = None) -> dict[str, Any]:
     protocol = protocol_name(cfg)
     text = completion if isinstance(completion, str) else ""
     if protocol == "lighteval":
-        verdict = grade_lighteval(item.answer, text, timeout_s=_timeout(cfg))
+        verdict = grade_lighteval(item.answer, text, timeout_s=_timeout(cfg), version=grader_version(cfg))
         return {"prediction": verdict.prediction, "answer": canonical_answer(item.answer),
                 "correct": verdict.correct, "boxed": verdict.boxed, "protocol": protocol}
-    if THINK_CLOSE in text:
-        text = text.rpartition(THINK_CLOSE)[2]
-    elif THINK_OPEN in text:
-        text = ""  # the thinking never closed: no answer part (as split_thinking does for thinking models)
+    # a </think> still present: only the text after it; a <think> never closed: nothing to grade
+    text, _closed = split_thinking(text, THINK_OPEN in text)
     verdict = grade(item.answer, text, timeout_s=_timeout(cfg))
     return {
         "prediction": verdict.prediction,

@@ -31,6 +31,10 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from tasks.aime24.compare import SPACES as _SPACES
+from tasks.aime24.compare import clear_caches as _clear_compare_caches
+from tasks.aime24.compare import math_verify_compare
+from tasks.aime24.lighteval_metric import DEFAULT_GRADER_VERSION, lighteval_compare, prepare
 from tasks.aime24.verify_worker import WORKER
 
 log = logging.getLogger(__name__)
@@ -41,7 +45,6 @@ DEFAULT_TIMEOUT_S = 5  # Math-Verify's own default, per parse and per comparison
 _BOXED = re.compile(r"\\boxed(?![A-Za-z])")
 _INT = re.compile(r"[+-]?\d+")
 _WRAPPERS = re.compile(r"^\\(?:text|textbf|mathbf|mathrm|boxed)\s*\{(.*)\}$", re.DOTALL)
-_SPACES = re.compile(r"\s+|\\[,;:! ]|~")
 
 
 @dataclass(frozen=True)
@@ -164,66 +167,24 @@ _MAX_MEMO = 100_000
 _VERDICTS: dict[tuple[str, str, int], tuple[str, bool]] = {}
 
 
-def math_verify_compare(gold: str, boxed: str, timeout_s: int) -> tuple[str, bool]:
-    """Math-Verify with its signal-based timeouts; must run in a main thread (ours or a child process's)."""
-    fallback = _SPACES.sub("", boxed)
-    try:
-        import sympy
-        from math_verify import parse, verify
 
-        gold_parsed = _parse_gold(gold, timeout_s)
-        pred_parsed = parse("\\boxed{" + boxed + "}", parsing_timeout=timeout_s)
-        key = _integer_key(pred_parsed[0], sympy) if pred_parsed else None
-        key = key if key is not None else fallback
-        if not gold_parsed or not pred_parsed:
-            return key, False
-        return key, bool(verify(gold_parsed, pred_parsed, timeout_seconds=timeout_s))
-    except Exception:  # noqa: BLE001 - a grader failure is a wrong answer, not a crash
-        log.debug("math-verify failed on %.80r", boxed, exc_info=True)
-        return fallback, False
-
-
-def _integer_key(value: Any, sympy: Any) -> str | None:
-    """The integer a parsed prediction denotes, by class checks only (an unevaluated 9^(9^9) stays unevaluated).
-    ``m + n = 25`` (an equation with an integer right-hand side) votes for 25."""
-    try:
-        if isinstance(value, sympy.Equality):
-            value = value.rhs
-        if isinstance(value, sympy.Integer):
-            return str(int(value)) if abs(value) < 10**12 else None
-        if isinstance(value, sympy.Float):
-            number = float(value)
-            return str(int(number)) if abs(number) < 1e12 and number.is_integer() else None
-    except Exception:  # noqa: BLE001
-        return None
-    return None
-
-
-def _parse_gold(gold: str, timeout_s: int) -> list:
-    from math_verify import parse
-
-    return _GOLD_CACHE.get(gold) or _GOLD_CACHE.setdefault(gold, parse("$" + gold + "$", parsing_timeout=timeout_s))
-
-
-_GOLD_CACHE: dict[str, list] = {}
-
-def grade_lighteval(gold: Any, completion: Any, *, timeout_s: int = DEFAULT_TIMEOUT_S) -> Grade:
-    """Grade ``completion`` as lighteval's aime24 metric does (:mod:`tasks.aime24.lighteval_metric`): reasoning
-    tags removed when both are present, then Math-Verify over the whole text. Safe from any thread; never raises.
-    ``boxed`` holds the last ``\\boxed{}`` for reference only."""
-    from tasks.aime24.lighteval_metric import lighteval_compare, remove_reasoning_tags
-
+def grade_lighteval(gold: Any, completion: Any, *, timeout_s: int = DEFAULT_TIMEOUT_S,
+                    version: str = DEFAULT_GRADER_VERSION) -> Grade:
+    """Grade ``completion`` as lighteval's aime24 metric does (:mod:`tasks.aime24.lighteval_metric`, ``version`` one
+    of its ``GRADER_VERSIONS``): reasoning tags removed when both are present (not for ``open-r1``), then the
+    extraction over the whole text. Safe from any thread; never raises. ``boxed`` holds the last ``\\boxed{}`` for
+    reference only."""
     text = completion if isinstance(completion, str) else ""
     try:
-        text = remove_reasoning_tags(text)
+        text = prepare(text, version)
         boxed = last_boxed(text)
     except Exception:  # noqa: BLE001
         boxed = None
     gold_text = str(gold).strip()
     if threading.current_thread() is threading.main_thread():
-        verdict: tuple[str | None, bool] | None = lighteval_compare(gold_text, text, timeout_s)
+        verdict: tuple[str | None, bool] | None = lighteval_compare(gold_text, text, timeout_s, version)
     else:
-        verdict = WORKER.ask(gold_text, text, timeout_s, mode="lighteval")
+        verdict = WORKER.ask(gold_text, text, timeout_s, mode="lighteval", version=version)
     key, correct = verdict if verdict is not None else (None, False)
     return Grade(prediction=key, correct=correct, boxed=None if boxed is None else boxed[:MAX_ANSWER_CHARS])
 
@@ -231,4 +192,4 @@ def grade_lighteval(gold: Any, completion: Any, *, timeout_s: int = DEFAULT_TIME
 def clear_caches() -> None:
     """Forget memoised verdicts (for timing measurements)."""
     _VERDICTS.clear()
-    _GOLD_CACHE.clear()
+    _clear_compare_caches()

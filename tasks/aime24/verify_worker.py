@@ -4,8 +4,8 @@ Math-Verify bounds parsing and comparison with ``signal.alarm``, which Python on
 from a worker thread it raises. Turning its timeouts off is no answer (``\\boxed{9^{9^{9}}}`` then keeps sympy busy
 for a very long time), so a grader called off the main thread sends the comparison to a child process
 (``python -c "from tasks.aime24.verify_worker import main; main()"``). It reads JSON lines
-``[gold, text, timeout_s, mode]`` on stdin (mode ``boxed``: :func:`~tasks.aime24.grader.math_verify_compare` on a boxed
-answer; ``lighteval``: :func:`~tasks.aime24.lighteval_metric.lighteval_compare` on a whole answer text) and answers
+``[gold, text, timeout_s, mode, version]`` on stdin (:func:`tasks.aime24.compare.compare`: mode ``boxed`` on a boxed
+answer, ``lighteval`` on a whole answer text under a grader version) and answers
 ``[prediction_key, correct]``, Math-Verify's alarms working in its
 main thread. The parent waits at most ``3 * timeout_s + 60`` seconds per answer, then kills the child (a fresh one
 starts on the next call).
@@ -26,6 +26,9 @@ import sys
 import threading
 from pathlib import Path
 
+from tasks.aime24.compare import compare
+from tasks.aime24.lighteval_metric import DEFAULT_GRADER_VERSION
+
 log = logging.getLogger(__name__)
 
 _ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding the ``tasks`` package
@@ -39,14 +42,15 @@ class VerifyWorker:
         self._proc: subprocess.Popen[str] | None = None
         self._cleanup_registered = False
 
-    def ask(self, gold: str, boxed: str, timeout_s: int, mode: str = "boxed") -> tuple[str | None, bool] | None:
+    def ask(self, gold: str, boxed: str, timeout_s: int, mode: str = "boxed",
+            version: str = DEFAULT_GRADER_VERSION) -> tuple[str | None, bool] | None:
         """The child's verdict, or None when it failed or did not answer in time."""
         with self._lock:
             try:
                 proc = self._running()
                 if proc.stdin is None or proc.stdout is None:
                     raise OSError("math-verify child has no pipes")
-                proc.stdin.write(json.dumps([gold, boxed, timeout_s, mode]) + "\n")
+                proc.stdin.write(json.dumps([gold, boxed, timeout_s, mode, version]) + "\n")
                 proc.stdin.flush()
                 ready, _, _ = select.select([proc.stdout], [], [], 3 * timeout_s + 60)
                 line = proc.stdout.readline() if ready else ""
@@ -97,14 +101,10 @@ WORKER = VerifyWorker()  # starts its child on first use
 
 def main() -> None:
     """The child's loop: one JSON request per line in, one verdict per line out."""
-    from tasks.aime24.grader import math_verify_compare
-    from tasks.aime24.lighteval_metric import lighteval_compare
-
     replies, sys.stdout = sys.stdout, sys.stderr  # stray prints must not corrupt the reply stream
     for line in sys.stdin:
-        gold, text, timeout_s, mode = json.loads(line)
-        compare = lighteval_compare if mode == "lighteval" else math_verify_compare
-        key, correct = compare(gold, text, int(timeout_s))
+        gold, text, timeout_s, mode, version = json.loads(line)
+        key, correct = compare(mode, gold, text, int(timeout_s), version)
         replies.write(json.dumps([key, correct]) + "\n")
         replies.flush()
 

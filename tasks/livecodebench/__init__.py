@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tasks.base import THINK_CLOSE, Prompt, split_thinking
+from tasks.base import Prompt, split_thinking
 from tasks.livecodebench.data import load_problems, release_files, source_paths, window
 from tasks.livecodebench.grader import OUTCOMES, PROTOCOLS, GradeSettings, Verdict, grade, grade_many
 from tasks.livecodebench.problem import Problem
@@ -42,9 +42,7 @@ def protocol_name(cfg: Any) -> str:
 def answer_part(completion: str, thinking: bool, *, cfg: Any = None) -> tuple[str, bool]:
     """``(text to extract code from, thinking_closed)``: lcb_runner extracts from the whole output; ``strict`` from
     the text after ``</think>`` (:func:`tasks.base.split_thinking`)."""
-    if protocol_name(cfg) == "lcb_runner":
-        return completion, (THINK_CLOSE in completion) if thinking else True
-    return split_thinking(completion, thinking)
+    return split_thinking(completion, thinking, whole=protocol_name(cfg) == "lcb_runner")
 
 
 def load(cfg: Any) -> list[Problem]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tasks.base import read_records, require_fields
+from tasks.longbench_v2.protocols import protocol_name
 from tasks.source import apply_limit, check_limit, local_file
 
 log = logging.getLogger(__name__)
@@ -76,8 +77,6 @@ def validate(cfg: Any) -> None:
         raise ValueError(f"task.cot: must be true or false, got {cfg.get('cot')!r}")
     for knob in FILTERS:
         filter_values(cfg, knob)
-    from tasks.longbench_v2.grader import protocol_name
-
     protocol_name(cfg)
 
 

@@ -4,10 +4,8 @@ Extraction: remove every ``*`` (markdown bold), then the first ``The correct ans
 ``The correct answer is X``, with X one of A-D; case-sensitive, no word boundary after X (so "The correct answer is
 Bob" reads as B, exactly as in the official runs). Nothing found: ``prediction=None``, counted wrong.
 
-Protocols (``task.protocol``, :data:`PROTOCOLS`): ``official`` (default) follows ``pred.py``, which skips an item
-whose model output is empty (``if output == '': continue``: never written, so ``result.py`` leaves it out of every
-denominator); such a row is kept in ``samples.jsonl`` with ``skipped=True`` and left out by :mod:`.summary`.
-``strict``: an empty output stays in the denominator, counted wrong (unanswered).
+Protocols (``task.protocol``): :mod:`tasks.longbench_v2.protocols` (``strict`` default, ``raw``, ``drop_empty``).
+Only ``drop_empty`` marks a row ``skipped`` (its answer part is empty), which :mod:`.summary` leaves out.
 """
 
 from __future__ import annotations
@@ -16,9 +14,7 @@ import re
 from typing import Any
 
 from tasks.longbench_v2.data import Item
-from tasks.source import protocol_of
-
-PROTOCOLS = ("official", "strict")
+from tasks.longbench_v2.protocols import protocol_name
 
 _IN_PARENS = re.compile(r"The correct answer is \(([A-D])\)")
 _BARE = re.compile(r"The correct answer is ([A-D])")
@@ -36,18 +32,13 @@ def extract_answer(response: str) -> str | None:
     return None
 
 
-def protocol_name(cfg: Any) -> str:
-    """The grading protocol of this run (``task.protocol``), as rows and ``meta.json`` record it."""
-    return protocol_of(cfg, PROTOCOLS)
-
-
 def score(item: Item, completion: str, *, cfg: Any = None) -> dict[str, Any]:
     """``prediction`` (letter or None), ``answer``, ``correct`` (the official ``judge``: prediction == answer),
-    ``answered`` (a letter was extracted; the ``compensated`` metric gives unanswered items 0.25), ``skipped`` (the
-    ``official`` protocol drops this row: the output was empty, as ``pred.py`` drops it) and ``protocol``.
+    ``answered`` (a letter was extracted; the ``compensated`` metric gives unanswered items 0.25), ``skipped`` (only
+    under ``drop_empty``: the answer part is empty, the row leaves every denominator) and ``protocol``.
 
-    ``completion`` is the answer part: for a thinking model the text after ``</think>``, empty when the thinking never
-    closed (what an OpenAI-compatible server with a reasoning parser returns as ``content``, which ``pred.py`` reads).
+    ``completion`` is the answer part (:func:`tasks.longbench_v2.protocols.answer_part`): for a thinking model under
+    ``strict`` the text after ``</think>``, empty when the thinking never closed; under ``raw`` the whole text.
     """
     protocol = protocol_name(cfg)
     prediction = extract_answer(completion)
@@ -56,6 +47,6 @@ def score(item: Item, completion: str, *, cfg: Any = None) -> dict[str, Any]:
         "answer": item.answer,
         "correct": prediction == item.answer,
         "answered": prediction is not None,
-        "skipped": protocol == "official" and completion == "",
+        "skipped": protocol == "drop_empty" and completion == "",
         "protocol": protocol,
     }

@@ -92,7 +92,7 @@ def followup(item: Item, completion: str, model_cfg: Any, *, cfg: Any = None,
     """The CoT answer call (``0shot_cot_ans.txt`` with the stripped CoT), or None when there is no second call.
 
     No second call: direct mode, thinking models, and an empty first output (``pred.py``: ``if output == '':
-    continue``; the row then has an empty completion: left out under ``task.protocol=official``, unanswered under
+    continue``; the row then has an empty completion: left out under ``task.protocol=drop_empty``, unanswered under
     ``strict``). A whitespace-only CoT does get its answer call, with an empty ``$COT$``, as in ``pred.py``. The
     answer call gets ``task.answer_tokens`` new tokens (128 officially) and contains no document ("The text is too
     long and omitted here.").

@@ -6,8 +6,9 @@ Metrics, all in percent (0..100) as ``result.py`` prints them, each with ``n`` =
 - ``compensated``: the same but an unanswered item scores 0.25 (``result.py`` with ``compensated = True``);
 - ``answered``: share of items with an extracted letter (a diagnostic: compression can break the answer format).
 
-- ``skipped``: share of rows left out (``task.protocol=official``: an empty output, which ``pred.py`` never writes,
-  so ``result.py`` divides by the items written); ``n`` = all rows.
+- ``skipped``: share of rows left out (only under ``task.protocol=drop_empty``: an empty answer part); ``n`` = all
+  rows. Always 0 under ``strict`` and ``raw``, which keep every item in every denominator. The share of samples whose
+  thinking did not finish is the run's ``share_think_unclosed`` row (:mod:`evals.summary`, thinking models).
 
 With several samples per item, each item counts once, with its mean over its kept samples (an item with no kept
 sample is left out). Unrounded (``result.py`` rounds to one decimal when printing).
