@@ -35,10 +35,10 @@ def settings(protocol: str) -> GradeSettings:
 
 
 def _bwrap_works() -> bool:
-    from tasks.livecodebench import isolation
+    from tasks.livecodebench import modes
 
     try:
-        isolation.resolve("bwrap", None)
+        modes.resolve("bwrap", None)
         return True
     except ValueError:
         return False

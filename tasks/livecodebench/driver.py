@@ -118,6 +118,15 @@ def apply_limits(limits: dict, nproc_relative: bool) -> None:
 
 
 def drop_privileges(uid: int) -> None:
+    """Become ``uid`` with an empty capability bounding set (the setuid clears the other sets)."""
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    with open("/proc/sys/kernel/cap_last_cap", encoding="ascii") as fh:
+        last = int(fh.read())
+    for cap in range(last + 1):
+        if prctl(24, cap, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
+            raise RuntimeError("privilege drop failed: PR_CAPBSET_DROP")
     os.setgroups([])
     os.setgid(uid)
     os.setuid(uid)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from tasks.livecodebench import isolation
+from tasks.livecodebench import isolation, modes
 from tasks.livecodebench.problem import Problem
 from tasks.livecodebench.sandbox import Limits, RunResult, SandboxError, execute
 from tasks.source import cfg_get
@@ -173,7 +173,7 @@ def grade(problem: Problem, code: str | None, settings: GradeSettings) -> Verdic
     total = len(problem.tests)
     if code is None:
         return Verdict("no_code", 0, total)
-    iso = isolation.resolve(settings.sandbox, settings.python)
+    iso = modes.resolve(settings.sandbox, settings.python)
     limits = _fit_output(settings.limits, problem)
     for attempt in (1, 2):
         failure: list[tuple[str, str]] = []
@@ -239,7 +239,7 @@ def _verdict(result: RunResult, failure: list[tuple[str, str]], total: int, mode
 def grade_many(pairs: list[tuple[Problem, str | None]], settings: GradeSettings) -> list[Verdict]:
     """Grade many programs in parallel (``settings.workers`` sandboxes at a time), results in input order."""
     if any(code is not None for _, code in pairs):
-        isolation.resolve(settings.sandbox, settings.python)  # probe and warn once, before the threads
+        modes.resolve(settings.sandbox, settings.python)  # probe and warn once, before the threads
     if settings.workers == 1 or len(pairs) <= 1:
         return [grade(p, c, settings) for p, c in pairs]
     with ThreadPoolExecutor(max_workers=settings.workers, thread_name_prefix="lcb-grade") as pool:

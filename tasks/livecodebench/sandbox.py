@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tasks.base import too_deep
+from tasks.livecodebench import seccomp
 from tasks.livecodebench.isolation import (
     PROCESS_VIEW,
     WORK_DIR,
@@ -121,14 +122,24 @@ def execute(iso: Isolation, kind: str, code: str, func_name: str | None, inputs:
             json.dump(job, fh)
         biggest = max((len(x) for x in inputs), default=0)
         tmp_bytes = 2 * max_out + 4 * biggest + 64 * MiB  # everything the program may write, in total
+        pass_fds: tuple[int, ...] = ()
         if iso.mode == "bwrap":
-            argv, cwd, env = bwrap_argv(iso, job_dir, tmp_bytes, hidden), root, sandbox_env(WORK_DIR, "/tmp")
+            bpf = seccomp.filter_bytes()
+            if bpf:
+                Path(root, "seccomp.bpf").write_bytes(bpf)
+                pass_fds = (os.open(os.path.join(root, "seccomp.bpf"), os.O_RDONLY),)
+            argv = bwrap_argv(iso, job_dir, tmp_bytes, hidden, pass_fds[0] if pass_fds else None)
+            cwd, env = root, sandbox_env(WORK_DIR, "/tmp")
         else:
             argv = process_argv(iso, job_dir, tmp_bytes, uid)
             cwd, env = root, sandbox_env(f"{PROCESS_VIEW}/work", "/tmp")
-        with open(os.path.join(root, "stderr.log"), "wb") as err:
-            proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=err, start_new_session=True, close_fds=True)
+        try:
+            with open(os.path.join(root, "stderr.log"), "wb") as err:
+                proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=err, start_new_session=True, close_fds=True, pass_fds=pass_fds)
+        finally:
+            for fd in pass_fds:
+                os.close(fd)
         start = time.monotonic()
         try:
             result = _monitor(proc, len(inputs), limits, on_result, start)
@@ -142,13 +153,32 @@ def execute(iso: Isolation, kind: str, code: str, func_name: str | None, inputs:
         _remove(root)
 
 
+PROBE_CODE = """import os, tempfile
+status = dict(line.split(':', 1) for line in open('/proc/self/status') if ':' in line)
+caps = {k: int(status[k], 16) for k in ('CapEff', 'CapPrm', 'CapBnd', 'CapAmb')}
+with tempfile.TemporaryFile() as fh:
+    fh.write(b'probe')
+held = [k for k, v in caps.items() if v] + ([] if status['NoNewPrivs'].strip() == '1' else ['no_new_privs off'])
+print('ok' if not held else 'privileged: ' + ' '.join(held))
+"""
+
+
 def probe(iso: Isolation) -> str:
-    """Run an empty job; return "" when the sandbox works, else the reason it does not."""
+    """Run a program that checks its own privileges (no capability in any set, ``no_new_privs``) and writes a
+    temporary file; return "" when the sandbox works so, else the reason it does not (one line)."""
+    seen: list[str] = []
+
+    def on_result(i: int, msg: dict) -> bool:
+        seen.append(str(msg.get("stdout", msg.get("error", ""))).strip()[:200])
+        return True
+
     try:
-        result = execute(iso, "probe", "", None, [], Limits(), lambda i, m: True)
+        result = execute(iso, "stdin", PROBE_CODE, None, ["\n"], Limits(), on_result, protocol="strict")
     except (SandboxError, OSError, subprocess.SubprocessError) as exc:
-        return str(exc)
-    return "" if result.status == "done" else f"probe ended with {result.status}: {result.error}"
+        return " ".join(str(exc).split())
+    if result.status != "done":
+        return " ".join(f"probe ended with {result.status}: {result.error}".split())
+    return "" if seen == ["ok"] else f"probe program: {' '.join(seen)}"
 
 
 MAX_DEPTH = 256  # nesting a result message may have: the driver's ``to_wire`` stops at 200 (+ its markers)
@@ -245,6 +275,11 @@ def _exit_reason(proc: subprocess.Popen) -> str:
             return f"killed by {signal.Signals(-code).name}"
         except ValueError:
             return f"killed by signal {-code}"
+    if code > 128:  # process mode: its PID 1 passes on a signal that killed the driver as 128 + the signal
+        try:
+            return f"killed by {signal.Signals(code - 128).name}"
+        except ValueError:
+            pass
     return f"exited with status {code} before reporting"
 
 
