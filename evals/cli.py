@@ -62,7 +62,11 @@ def expand(args: list[str], multirun: bool) -> list[list[str]]:
                 raise UserError(f"{key}: a sweep value needs -m (multirun)")
             if not ov.is_discrete_sweep():
                 raise UserError(f"{key}: interval sweeps need an optimising sweeper; use a list, range() or glob()")
-            lists[key] = [f"{key}={v}" for v in ov.sweep_string_iterator()]
+            try:
+                lists[key] = [f"{key}={v}" for v in ov.sweep_string_iterator()]
+            except Exception as exc:  # omegaconf's ValidationError: a range() inside a list, say
+                raise UserError(f"{key}: cannot expand the sweep {ov.get_value_element_as_str()!r}: "
+                                f"{_one_line(exc)} (write a list of values, or range() on its own)") from None
         else:
             lists[key] = [f"{key}={ov.get_value_element_as_str()}"]
     return [list(c) for c in itertools.product(*lists.values())]

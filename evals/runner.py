@@ -16,6 +16,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
+from evals import strict
 from evals.backends import Request, backend_class, make_backend
 from evals.identity import fingerprint, run_identity
 from evals.prompts import PROMPTS, PromptStore, prompt_record
@@ -89,6 +90,7 @@ def check(cfg: DictConfig) -> Checked:
         key = getattr(exc, "full_key", None)
         first = str(exc).splitlines()[0]
         raise ValueError(f"{key}: {first}" if key else f"config: {first}") from None
+    strict.check(container)  # booleans, integers and appended keys, by type
     task = get_task(cfg.task.get("module") or cfg.task.name)  # `module`: a task module serving many names (lm_eval)
     _check_task_source(container["task"])
     validate = hook(task, "validate")
