@@ -65,8 +65,9 @@ def expand(args: list[str], multirun: bool) -> list[list[str]]:
             try:
                 lists[key] = [f"{key}={v}" for v in ov.sweep_string_iterator()]
             except Exception as exc:  # omegaconf's ValidationError: a range() inside a list, say
-                raise UserError(f"{key}: cannot expand the sweep {ov.get_value_element_as_str()!r}: "
-                                f"{_one_line(exc)} (write a list of values, or range() on its own)") from None
+                value = ov.input_line.split("=", 1)[-1]
+                raise UserError(f"{key}: cannot expand the sweep {value!r}: {_one_line(exc)} (write a list of "
+                                "values, or range() on its own)") from None
         else:
             lists[key] = [f"{key}={ov.get_value_element_as_str()}"]
     return [list(c) for c in itertools.product(*lists.values())]

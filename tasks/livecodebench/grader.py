@@ -16,11 +16,13 @@ expected and produced outputs; only public tests (shown in the prompt) are quote
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
 import math
 import os
+import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
@@ -46,6 +48,17 @@ def _number(cfg: Any, name: str, default: Any, kind: type = int) -> Any:
     return kind(value)
 
 
+@functools.lru_cache(maxsize=16)
+def is_python3(path: str) -> bool:
+    """Whether ``path`` runs as a Python 3.8+ interpreter (one short run, no site import)."""
+    try:
+        out = subprocess.run([path, "-S", "-I", "-c", "import sys; print(sys.hexversion)"], capture_output=True,
+                             text=True, timeout=60, env={"PATH": "/usr/bin:/bin"}, check=False).stdout.strip()
+        return out.isdigit() and int(out) >= 0x030800F0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
 @dataclass(frozen=True)
 class GradeSettings:
     """The grading knobs of ``task``: limits, ``sandbox`` mode, the interpreter and the number of workers."""
@@ -65,6 +78,9 @@ class GradeSettings:
             raise ValueError(f"task.exec_workers: must be >= 1 or null, got {self.exec_workers}")
         if self.python is not None and not (os.path.isfile(self.python) and os.access(self.python, os.X_OK)):
             raise ValueError(f"task.python: not an executable file: {self.python}")
+        if self.python is not None and not is_python3(self.python):
+            raise ValueError(f"task.python: {self.python} is not a Python 3.8+ interpreter (it did not print its "
+                             "version for `-c 'import sys; print(sys.hexversion)'`)")
 
     @classmethod
     def from_cfg(cls, cfg: Any) -> GradeSettings:
