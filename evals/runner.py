@@ -32,10 +32,12 @@ from evals.rundir import (
     git_commit,
     git_dirty,
     now,
+    refuse_symlinks,
     remove_if_empty,
     run_lock,
     versions,
     write_atomic,
+    write_hydra_files,
 )
 from evals.summary import summarize
 from snapstream_core import compression_from_config
@@ -198,6 +200,7 @@ def run(cfg: DictConfig, run_dir: Path | None = None) -> Path:
         replay = make_backend(cfg, p.method, p.sampling)
         replay.check_matches([str(i.item_id) for i in p.items], model=cfg.model.name)
     p.run_dir.mkdir(parents=True, exist_ok=True)
+    refuse_symlinks(p.run_dir)
     with run_lock(p.run_dir):
         try:
             if cfg.overwrite:
@@ -206,6 +209,7 @@ def run(cfg: DictConfig, run_dir: Path | None = None) -> Path:
         except Exception:
             remove_if_empty(p.run_dir)
             raise
+        write_hydra_files(p.run_dir, cfg)  # accepted: only now is the job's record written
         return _run_locked(cfg, p, replay)
 
 

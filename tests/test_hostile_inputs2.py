@@ -85,6 +85,28 @@ def test_a_range_inside_a_sweep_list_is_one_line(capsys):
 def test_a_non_string_question_content_is_refused_naming_item_and_field(value, shown):
     """I8: a null ``question_content`` became a prompt reading "None"."""
     row = dict(bundled_rows()[0], question_content=value)
-    with pytest.raises(ValueError, match=rf"f.jsonl line 3 \(item {row['question_id']}\): field 'question_content' "
+    with pytest.raises(ValueError, match=rf"f.jsonl line 3: field 'question_content' of item {row['question_id']} "
                                          rf"must be a string, got {shown}"):
         parse_problem(row, "f.jsonl line 3")
+
+
+def test_report_escapes_names_in_paths_and_tables(tmp_path):
+    """I5: a model name with ``/`` crashed ``report`` (a plot path), and a ``|`` in a name split a table row."""
+    import re
+
+    from evals.report import write_report
+    from tests.test_report import RUNS, _write
+
+    runs = [(f"{r[0]}|x", *r[1:]) for r in RUNS]
+    for run in runs:
+        _write(tmp_path, run, model="meta-llama/L|3")
+    report, head = write_report(tmp_path)
+    assert len(head) == len(runs)
+    assert sorted(p.parent for p in (tmp_path / "plots").iterdir()) == [tmp_path / "plots"] * 2
+    widths: list[int] = []
+    for line in report.read_text().splitlines() + [""]:
+        if line.startswith("|"):
+            widths.append(len(re.split(r"(?<!\\)\|", line)))
+        elif widths:
+            assert len(set(widths)) == 1, widths  # every row of a table has the header's columns
+            widths = []

@@ -189,7 +189,7 @@ TEXT_FIELDS = {"question_title": False, "question_content": False, "contest_id":
                "difficulty": False, "starter_code": True}  # field: whether null is allowed (no starter code)
 
 
-def _check_texts(record: dict, where: str) -> None:
+def _check_texts(record: dict, where: str, qid: str) -> None:
     """The text fields are strings (``contest_id`` may be an integer): a null ``question_content`` would become
     a prompt reading "None"."""
     for name, nullable in TEXT_FIELDS.items():
@@ -197,9 +197,9 @@ def _check_texts(record: dict, where: str) -> None:
         if value is None and nullable or isinstance(value, str) or \
                 (name == "contest_id" and isinstance(value, int) and not isinstance(value, bool)):
             continue
-        raise ValueError(f"{where}: field '{name}' must be a string, got {_brief(value)}")
+        raise ValueError(f"{where}: field '{name}' of item {qid[:80]} must be a string, got {_brief(value)}")
     if not record["question_content"].strip():
-        raise ValueError(f"{where}: field 'question_content' is empty")
+        raise ValueError(f"{where}: field 'question_content' of item {qid[:80]} is empty")
 
 
 def _brief(value: object) -> str:
@@ -207,8 +207,8 @@ def _brief(value: object) -> str:
 
 
 def parse_problem(record: dict, where: str, source_file: str = "") -> Problem:
-    """Validate one row and build its :class:`Problem`; ``where`` names the file and line in errors, and the item
-    id once it is known."""
+    """Validate one row and build its :class:`Problem`; ``where`` names the file and line in errors (and a bad
+    text field names the item id too)."""
     for name in FIELDS:
         if name not in record:
             raise ValueError(f"{where}: missing field '{name}'")
@@ -218,8 +218,7 @@ def parse_problem(record: dict, where: str, source_file: str = "") -> Problem:
     qid = str(raw_id).strip()
     if not qid:
         raise ValueError(f"{where}: field 'question_id' is empty")
-    where = f"{where} (item {qid[:80]})"
-    _check_texts(record, where)
+    _check_texts(record, where, qid)
     date = record["contest_date"]
     try:
         contest_date = date if isinstance(date, datetime) else datetime.fromisoformat(str(date))
