@@ -39,7 +39,7 @@ def main(cfg: DictConfig) -> None:
             raise
         from evals.rundir import os_error_line
 
-        print(f"error: {os_error_line(exc)}", file=sys.stderr)
+        print(f"error: {os_error_line(exc, hc.runtime.output_dir)}", file=sys.stderr)
         sys.exit(2)
 
 

@@ -74,9 +74,29 @@ def write_hydra_files(run_dir: Path, cfg: Any) -> None:
     write_atomic(folder / "overrides.yaml", OmegaConf.to_yaml(list(hc.overrides.task)))
 
 
-def os_error_line(exc: OSError) -> str:
-    """An out-of-space, read-only or permission error as one line naming the path."""
-    where = exc.filename if exc.filename is not None else "(results)"
+def check_writable(path: Path, field: str) -> None:
+    """Refuse, before anything starts, a results folder whose nearest existing folder cannot take files: a
+    read-only file system, one with no space left, or one this user may not write (one line naming the path)."""
+    path = Path(path).absolute()
+    existing = next((p for p in (path, *path.parents) if p.exists()), Path("/"))
+    if not existing.is_dir():
+        raise ValueError(f"{field}: {existing} is not a folder")
+    try:
+        st = os.statvfs(existing)
+    except OSError as exc:
+        raise ValueError(f"{field}: {os_error_line(exc)}") from None
+    if st.f_flag & os.ST_RDONLY:
+        raise ValueError(f"{field}: {existing}: Read-only file system")
+    if st.f_bavail == 0 and os.geteuid() != 0 or st.f_bfree == 0:
+        raise ValueError(f"{field}: {existing}: No space left on device")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"{field}: {existing}: Permission denied")
+
+
+def os_error_line(exc: OSError, where: object = "(results)") -> str:
+    """An out-of-space, read-only or permission error as one line naming the path (``where`` when the error
+    names none)."""
+    where = exc.filename if exc.filename is not None else where
     return f"{where}: {exc.strerror or type(exc).__name__}"
 
 
@@ -178,6 +198,9 @@ def write_atomic_bytes(path: Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise OSError(exc.errno, exc.strerror, str(path)) from None  # a full disk: name the file
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
