@@ -18,7 +18,7 @@ import pytest
 from lcb_helpers import MODES, REPO, become_subreaper, leftover_sandbox_processes, make_problem
 
 from tasks.livecodebench import modes
-from tasks.livecodebench.grader import GradeSettings, grade
+from tasks.livecodebench.grader import GradeSettings, grade, grade_many
 
 
 def settings(mode: str, **knobs) -> GradeSettings:
@@ -151,3 +151,43 @@ def test_sandboxes_die_with_a_killed_harness(mode):
                 os.kill(int(line.split(":")[0]), signal.SIGKILL)
             except OSError:
                 pass
+
+
+SECRET = "hidden-5e1f9c-input"
+LEAKS = {
+    "exception_text": "print(int(input()))",  # ValueError: invalid literal for int() with base 10: '<input>'
+    "exception_class": "s = input().strip()\nif s != '1':\n    raise type(s.replace('-', '_'), (Exception,), {})(s)\n"
+                       "print(s)",
+    "channel_event": ("import os, json\ns = input().strip()\nif s != '1':\n"
+                      "    for fd in map(int, os.listdir('/proc/self/fd')):\n        try:\n"
+                      "            os.write(fd, (json.dumps({'ev': s}) + '\\n').encode())\n        except OSError:\n"
+                      "            pass\nprint(s)"),
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("leak", sorted(LEAKS))
+def test_hidden_inputs_never_reach_the_row(mode, leak):
+    """S5: the text of an exception (or of a forged channel message) on a hidden test quoted its input."""
+    problem = make_problem("leak", [("1\n", "1\n"), (f"{SECRET}\n", "2\n")])
+    verdict = grade(problem, LEAKS[leak], settings(mode))
+    assert not verdict.correct and verdict.failed_test == 1, verdict
+    assert SECRET not in verdict.error and SECRET.replace("-", "_") not in verdict.error, verdict.error
+
+
+SPINNERS = ("import os\nfor _ in range(12):\n    if os.fork() == 0:\n        os.setsid()\n        while True:\n"
+            "            pass\nwhile True:\n    pass\n")
+STEADY = "x = sum(i * i for i in range(25_000_000))\nprint('done')"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_neighbours_spinners_do_not_time_out_another_sample(mode):
+    """S4: one sample's ``setsid`` spinners pushed a concurrently graded sample into ``timeout`` (wall clock
+    shared with the neighbour). Time is now each sandbox's own CPU clock: the spinner sample times out, the steady
+    one passes."""
+    s = settings(mode, timeout_s=3.0, exec_workers=2)
+    spin = make_problem("spin", [("\n", "x\n")])
+    steady = make_problem("steady", [("\n", "done\n")])
+    spun, ok = grade_many([(spin, SPINNERS), (steady, STEADY)], s)
+    assert spun.outcome == "timeout", spun
+    assert ok.outcome == "passed", ok

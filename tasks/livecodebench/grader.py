@@ -15,6 +15,7 @@ expected and produced outputs; only public tests (shown in the prompt) are quote
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import functools
 import hashlib
@@ -176,6 +177,33 @@ def mismatch(got: Any, want: str, public: bool, text: bool) -> str:
     return f"got {fingerprint(got_text)}, expected {fingerprint(want)}"
 
 
+def withheld(error: str) -> str:
+    """A program's failure on a hidden test without its text (an exception message can quote the input, and a
+    program can name its own exception class after it): a builtin exception's name, else "an exception"."""
+    name = str(error).split(":", 1)[0].strip()
+    builtin = getattr(builtins, name, None)
+    known = isinstance(builtin, type) and issubclass(builtin, BaseException)
+    return f"{name if known else 'an exception'} (message withheld: hidden test)"
+
+
+MIN_REDACTED = 4  # shorter hidden texts ("1", "YES") say nothing and would blank out ordinary words
+
+
+def redact(error: str, problem: Problem) -> str:
+    """``error`` with every hidden test's input or output (stripped, at least :data:`MIN_REDACTED` characters)
+    replaced by a fingerprint: a last guard for text a program computed from its hidden inputs (read from its
+    job file, say) and printed on a public test."""
+    for test in problem.tests[problem.n_public:]:
+        for text in (test.input.strip(), test.output.strip()):
+            if len(text) >= MIN_REDACTED and text in error:
+                error = error.replace(text, f"<hidden {fingerprint(text)}>")
+            for line in text.splitlines():
+                line = line.strip()
+                if len(line) >= MIN_REDACTED and line in error:
+                    error = error.replace(line, "<hidden>")
+    return error
+
+
 def _fit_output(limits: Limits, problem: Problem) -> Limits:
     """Raise the output limit above twice the largest expected output, so that no correct program hits it."""
     largest = max(len(t.output.encode("utf-8")) for t in problem.tests)
@@ -203,7 +231,9 @@ def grade(problem: Problem, code: str | None, settings: GradeSettings) -> Verdic
 
         def check(i: int, msg: dict) -> bool:
             if not msg.get("ok"):
-                failure.append(("runtime_error", f"test {i}: {_short(msg.get('error', 'error'), 400)}"))
+                error = msg.get("error", "error")
+                shown = _short(error, 400) if i < problem.n_public else withheld(error)
+                failure.append(("runtime_error", f"test {i}: {shown}"))
                 return False
             want, public = problem.tests[i].output, i < problem.n_public
             if problem.kind == "stdin":
@@ -227,7 +257,8 @@ def grade(problem: Problem, code: str | None, settings: GradeSettings) -> Verdic
             if attempt == 2:
                 raise
             log.warning("LiveCodeBench: the sandbox failed to start; retrying once", exc_info=True)
-    return _verdict(result, failure, total, iso.mode)
+    verdict = _verdict(result, failure, total, iso.mode)
+    return dataclasses.replace(verdict, error=redact(verdict.error, problem)) if verdict.error else verdict
 
 
 def _verdict(result: RunResult, failure: list[tuple[str, str]], total: int, mode: str) -> Verdict:
@@ -240,7 +271,7 @@ def _verdict(result: RunResult, failure: list[tuple[str, str]], total: int, mode
     elif result.status == "timeout":
         where = f"test {index}" if index is not None else "loading the program"
         outcome, error = "timeout", f"{where}: over the time limit"
-    elif result.status == "compile_error":
+    elif result.status == "compile_error":  # compile() of the code: before the program ran, nothing of a test
         outcome, error = "compile_error", result.error
     elif result.status == "protocol_error":
         where = f"test {index}" if index is not None else "loading the program"

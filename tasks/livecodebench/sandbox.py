@@ -2,10 +2,11 @@
 kill everything it started and remove its temporary directory.
 
 The parent keeps the expected outputs; the driver only reports what the program produced (see ``driver.py``). Every
-phase has a wall-clock deadline measured here, outside the sandbox: startup (interpreter start), compile (the
-program's module code), and each test (``timeout_s`` from the driver's ``start`` message to its ``result``). Past a
-deadline the whole sandbox is killed.
-"""
+phase has a deadline measured here, outside the sandbox: startup (interpreter start: wall clock), compile (the
+program's module code) and each test (from the driver's ``start`` message to its ``result``): ``timeout_s`` of the
+sandbox's own CPU time, summed over every process in it, so that samples graded together cannot push each other
+into a timeout, with :data:`WALL_FACTOR` times as much wall time for a program that sleeps or waits. Past a deadline
+the whole sandbox is killed."""
 
 from __future__ import annotations
 
@@ -203,14 +204,67 @@ def parse_message(line: bytes) -> dict | None:
     return msg
 
 
+WALL_FACTOR = 3.0  # a phase may take this many times its CPU budget in wall time (+1 s): a program that sleeps
+CPU_POLL_S = 0.05  # how often the sandbox's CPU clock is read
+
+
+def _tree_cpu(root: int) -> float:
+    """CPU seconds used so far by ``root`` and every process below it (user + system, with the children each has
+    reaped): the sandbox's own clock. Everything a program starts stays below its sandbox's root (a PID namespace
+    whose init reaps), so ``setsid`` and double forks are counted; another sample's processes never are."""
+    total, todo, seen = 0, [root], set()
+    while todo:
+        pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_bytes().rpartition(b")")[2].split()
+            total += sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+            for task in os.listdir(f"/proc/{pid}/task"):
+                todo += [int(c) for c in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
+        except (OSError, ValueError, IndexError):
+            continue
+    return total / _CLK_TCK
+
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+class _Clock:
+    """The budget of the current phase: ``budget`` CPU seconds on the sandbox's own clock (:func:`_tree_cpu`; other
+    samples' load cannot use it up), and :data:`WALL_FACTOR` times as much wall time for a program that waits."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.used = pid, 0.0
+
+    def start(self, now: float, budget: float, cpu: bool = True) -> None:
+        self.budget, self.cpu = budget, cpu
+        self.wall_deadline = now + (budget * WALL_FACTOR + 1.0 if cpu else budget)
+        self.cpu_start = self.read() if cpu else 0.0
+
+    def read(self) -> float:
+        self.used = max(self.used, _tree_cpu(self.pid))  # a process reaped between reads moves, never vanishes
+        return self.used
+
+    def expired(self, now: float) -> bool:
+        return now >= self.wall_deadline or (self.cpu and self.read() - self.cpu_start > self.budget)
+
+    def wait(self, now: float) -> float:
+        return max(0.0, min(self.wall_deadline - now, CPU_POLL_S if self.cpu else 1.0))
+
+
 def _monitor(proc: subprocess.Popen, n_tests: int, limits: Limits, on_result: OnResult,
              start: float) -> RunResult:
     """Stream the driver's result lines. Linear in the bytes read (each byte is scanned for a newline once), and
-    bounded: a line longer than :func:`line_limit` ends the run as ``protocol_error``."""
+    bounded: a line longer than :func:`line_limit` ends the run as ``protocol_error``. Each phase after startup has
+    ``timeout_s`` of the sandbox's own CPU time (see :class:`_Clock`)."""
     fd = proc.stdout.fileno()
     os.set_blocking(fd, False)
     max_line = line_limit(limits.max_output_mb * MiB)
-    phase, deadline, current, next_i = "startup", start + limits.startup_s, None, 0
+    phase, current, next_i = "startup", None, 0
+    clock = _Clock(proc.pid)
+    clock.start(start, limits.startup_s, cpu=False)
     buf = bytearray()
     scanned = 0  # buf[:scanned] holds no newline
 
@@ -221,9 +275,9 @@ def _monitor(proc: subprocess.Popen, n_tests: int, limits: Limits, on_result: On
         sel.register(fd, selectors.EVENT_READ)
         while True:
             now = time.monotonic()
-            if now >= deadline:
+            if clock.expired(now):
                 return end("timeout", f"no progress within the {phase} deadline")
-            if not sel.select(min(deadline - now, 1.0)):
+            if not sel.select(clock.wait(now)):
                 continue
             try:
                 chunk = os.read(fd, MiB)
@@ -243,15 +297,19 @@ def _monitor(proc: subprocess.Popen, n_tests: int, limits: Limits, on_result: On
                 ev = msg["ev"]
                 now = time.monotonic()
                 if ev == "ready" and phase == "startup":
-                    phase, deadline = "compile", now + limits.timeout_s
+                    phase = "compile"
+                    clock.start(now, limits.timeout_s)
                 elif ev in ("compile_error", "load_error") and phase == "compile":
                     return end(ev, str(msg.get("error", ""))[:400])
                 elif ev == "compiled" and phase == "compile":
-                    phase, deadline = "test", now + limits.timeout_s
+                    phase = "test"
+                    clock.start(now, limits.timeout_s)
                 elif ev == "start" and phase == "test" and current is None and msg.get("i") == next_i:
-                    current, deadline = next_i, now + limits.timeout_s
+                    current = next_i
+                    clock.start(now, limits.timeout_s)
                 elif ev == "result" and phase == "test" and current is not None and msg.get("i") == current:
-                    current, next_i, deadline = None, next_i + 1, now + limits.timeout_s
+                    current, next_i = None, next_i + 1
+                    clock.start(now, limits.timeout_s)
                     if not on_result(next_i - 1, msg):
                         return end("stopped", index=next_i - 1)
                     if next_i == n_tests:
@@ -259,7 +317,7 @@ def _monitor(proc: subprocess.Popen, n_tests: int, limits: Limits, on_result: On
                 elif ev == "done" and (phase == "test" or n_tests == 0) and next_i == n_tests:
                     return end("done")
                 else:
-                    return end("protocol_error", f"unexpected message {ev[:40]!r} in phase {phase}")
+                    return end("protocol_error", f"unexpected message in phase {phase}")  # ev: the program's text
             scanned = len(buf)
             if len(buf) > max_line:
                 return end("protocol_error", "result message too long")
