@@ -191,3 +191,53 @@ def test_a_neighbours_spinners_do_not_time_out_another_sample(mode):
     spun, ok = grade_many([(spin, SPINNERS), (steady, STEADY)], s)
     assert spun.outcome == "timeout", spun
     assert ok.outcome == "passed", ok
+
+
+BIG_MIB = 96
+MEASURE = """import sys, tracemalloc
+sys.path[:0] = [{repo!r}, {tests!r}]
+from lcb_helpers import make_problem
+from tasks.livecodebench.grader import GradeSettings, grade
+s = GradeSettings.from_cfg({{'sandbox': {mode!r}, 'python': {python!r}, 'protocol': {protocol!r}, 'timeout_s': 30.0,
+                            'memory_mb': 4096, 'max_output_mb': {cap}}})
+p = make_problem('big', [('\\n', 'x\\n')])
+grade(p, "print('warm')", s)
+tracemalloc.start()
+v = grade(p, "import sys\\nsys.stdout.write('y' * ({big} << 20) + '\\\\n')", s)
+print(v.outcome, tracemalloc.get_traced_memory()[1] >> 20)  # the peak of the harness's allocations
+"""
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("protocol", ["strict", "lcb_runner"])
+def test_a_big_output_line_is_held_once(mode, protocol):
+    """S7: with a raised ``task.max_output_mb``, one 192 MiB line of stdout cost the harness +567 MiB (held as
+    the read buffer, the line, its decoded text and the parsed string). Now it is read into one buffer of its size."""
+    settings(mode)  # skip where the mode cannot run
+    python = None if mode == "bwrap" else sys.executable
+    code = MEASURE.format(repo=str(REPO), tests=str(REPO / "tests"), mode=mode, python=python, protocol=protocol,
+                          cap=BIG_MIB + 32, big=BIG_MIB)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=REPO)
+    outcome, grown = done.stdout.split()[-2:]
+    assert outcome == "wrong_answer", done.stdout + done.stderr
+    assert int(grown) <= 1.3 * BIG_MIB, f"the harness grew by {grown} MiB for a {BIG_MIB} MiB output"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_output_over_the_cap_is_output_limit(mode):
+    """Over ``task.max_output_mb`` (raised to twice the largest expected output), the verdict is ``output_limit``."""
+    verdict = grade(make_problem("cap", [("\n", "x\n")]), "import sys\nsys.stdout.write('z' * (3 << 20))",
+                    settings(mode, max_output_mb=1))
+    assert verdict.outcome == "output_limit", verdict
+
+
+@pytest.mark.parametrize("got, want", [
+    ("1 2\n3\n", "1 2\n3"), ("\u3000 1\r\n2.50 \n\u00a0", "1\n2.5"), ("1\n\n2", "1\n2"), ("", ""), (" \n ", ""),
+    ("x\u2028", "x"), ("é\n", "é"), ("1  2", "1 2"), ("0001", "1"), ("a\tb\n", "a b"), ("\u0085x\u0085", "x"),
+])
+def test_the_byte_comparison_is_the_text_comparison(got, want):
+    """The raw-bytes comparison (the output never decoded whole) gives the official text comparison's answer."""
+    from tasks.livecodebench.grader import stdout_matches
+
+    assert stdout_matches(got.encode(), want) == stdout_matches(got, want)
+    assert stdout_matches(bytearray(got.encode()), want) == stdout_matches(got, want)

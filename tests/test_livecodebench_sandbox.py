@@ -92,7 +92,7 @@ def test_infinite_loop_times_out(mode):
 def test_output_flood_hits_the_file_size_limit(mode):
     verdict = attack(mode, "import sys\nwhile True:\n    sys.stdout.write('x' * 100000)\n    sys.stdout.flush()",
                      max_output_mb=2)
-    assert verdict.outcome == "runtime_error" and "File too large" in verdict.error
+    assert verdict.outcome == "output_limit" and "File too large" in verdict.error
 
 
 @pytest.mark.parametrize("mode", MODES)

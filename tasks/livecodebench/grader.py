@@ -5,9 +5,11 @@
 * functional tests: the return value (a top-level tuple becomes a list) must ``==`` ``json.loads(output)``.
 * tests run in order, public first; the first failure decides the outcome; a sample passes when every test passes.
 
-Outcomes: ``passed``, ``wrong_answer``, ``timeout``, ``runtime_error`` (an exception, a crash, a resource limit,
-or a resource limit), ``compile_error`` (the code does not compile), ``no_code`` (nothing to run),
-``protocol_error`` (the result channel was tampered with: unreadable, too long, too deep or out of order).
+Outcomes: ``passed``, ``wrong_answer``, ``timeout``, ``runtime_error`` (an exception, a crash, a resource limit),
+``compile_error`` (the code does not compile), ``no_code`` (nothing to run), ``protocol_error`` (the result channel
+was tampered with: unreadable, too long, too deep or out of order), ``output_limit`` (the output went over
+``task.max_output_mb``, raised to twice the largest expected output: the program's output is read into one buffer
+of its announced size, never past the cap, and compared line by line).
 
 Failure messages never quote a hidden test: for a private test they give the length and a SHA-256 prefix of the
 expected and produced outputs; only public tests (shown in the prompt) are quoted, shortened.
@@ -36,7 +38,9 @@ from tasks.source import cfg_get
 
 log = logging.getLogger(__name__)
 
-OUTCOMES = ("passed", "wrong_answer", "timeout", "runtime_error", "compile_error", "no_code", "protocol_error")
+OUTCOMES = ("passed", "wrong_answer", "timeout", "runtime_error", "compile_error", "no_code", "protocol_error",
+            "output_limit")
+FILE_TOO_LARGE = "[Errno 27] File too large"  # a write past RLIMIT_FSIZE (strict) or the capture bound (lcb_runner)
 PROTOCOLS = ("lcb_runner", "strict")  # how programs run: lcb_runner's run_test semantics, or real file descriptors
 
 
@@ -135,12 +139,83 @@ def _decimals(line: str) -> list[Decimal] | None:
         return None
 
 
-def stdout_matches(actual: str, expected: str) -> bool:
-    """The official stdin comparison (``grade_stdio``)."""
-    got, want = _lines(actual), _lines(expected)
-    if len(got) != len(want):
-        return False
+def _char_at(data: bytes | bytearray, i: int) -> tuple[str, int]:
+    """The character whose UTF-8 encoding starts at ``data[i]`` and its length (U+FFFD, 1 for invalid bytes)."""
+    lead = data[i]
+    size = 1 if lead < 0x80 else 2 if lead >> 5 == 6 else 3 if lead >> 4 == 14 else 4 if lead >> 3 == 30 else 1
+    try:
+        return bytes(data[i:i + size]).decode("utf-8"), size
+    except UnicodeDecodeError:
+        return "\ufffd", 1
+
+
+def strip_range(data: bytes | bytearray) -> tuple[int, int]:
+    """``(lo, hi)`` such that ``data[lo:hi]`` decoded is ``data`` decoded then ``str.strip()``-ed (Unicode
+    whitespace at both ends), without decoding the middle."""
+    lo, hi = 0, len(data)
+    while lo < hi:
+        char, size = _char_at(data, lo)
+        if not char.isspace():
+            break
+        lo += size
+    while hi > lo:
+        start = hi - 1
+        while start > lo and hi - start < 4 and data[start] >> 6 == 2:  # back over continuation bytes
+            start -= 1
+        char, size = _char_at(data, start)
+        if start + size != hi or not char.isspace():
+            break
+        hi = start
+    return lo, hi
+
+
+PADDING = 16  # a produced line whose stripped bytes exceed this many times the expected line's (+1 KiB) is a
+# mismatch without being decoded (only digits padded with zeros or spaces 16-fold could have matched)
+
+
+def _byte_lines(data: bytes | bytearray, want: list[str]):
+    """Each line of the stripped ``data``, decoded (invalid UTF-8 as U+FFFD) and stripped, one at a time and only
+    when it could match its expected line (see :data:`PADDING`; None otherwise): the output is never copied whole."""
+    view = memoryview(data)
+    lo, hi = strip_range(data)
+    pos = lo
+    for w in want:
+        nl = data.find(b"\n", pos, hi)
+        end = hi if nl < 0 else nl
+        a, b = strip_range(view[pos:end])
+        if b - a > PADDING * len(w.encode("utf-8")) + 1024:
+            yield None
+        else:
+            yield str(view[pos + a:pos + b], "utf-8", "replace")
+        pos = end + 1
+
+
+def stripped_text(data: bytes | bytearray, width: int = 1 << 20) -> str:
+    """At most ``width`` characters from each end of the stripped output (what a failure message may quote or
+    fingerprint: :func:`mismatch` keeps 80 of a public test's, a fingerprint of a hidden one's)."""
+    lo, hi = strip_range(data)
+    if hi - lo <= 2 * width:
+        return bytes(data[lo:hi]).decode("utf-8", "replace")
+    return bytes(data[lo:lo + width]).decode("utf-8", "replace") + "…" + \
+        bytes(data[hi - width:hi]).decode("utf-8", "replace")
+
+
+def stdout_matches(actual: str | bytes | bytearray, expected: str) -> bool:
+    """The official stdin comparison (``grade_stdio``); ``actual`` as text or as the program's raw output bytes
+    (compared line by line, never decoded whole)."""
+    want = _lines(expected)
+    if isinstance(actual, str):
+        got = _lines(actual)
+        if len(got) != len(want):
+            return False
+    else:
+        lo, hi = strip_range(actual)
+        if actual.count(b"\n", lo, hi) + 1 != len(want):
+            return False
+        got = _byte_lines(actual, want)
     for g, w in zip(got, want):
+        if g is None:
+            return False
         if g == w:
             continue
         dg, dw = _decimals(g), _decimals(w)
@@ -232,15 +307,22 @@ def grade(problem: Problem, code: str | None, settings: GradeSettings) -> Verdic
         def check(i: int, msg: dict) -> bool:
             if not msg.get("ok"):
                 error = msg.get("error", "error")
+                if isinstance(error, str) and FILE_TOO_LARGE in error:
+                    failure.append(("output_limit", f"test {i}: output over task.max_output_mb (File too large)"))
+                    return False
                 shown = _short(error, 400) if i < problem.n_public else withheld(error)
                 failure.append(("runtime_error", f"test {i}: {shown}"))
                 return False
             want, public = problem.tests[i].output, i < problem.n_public
             if problem.kind == "stdin":
                 got = msg.get("stdout")
-                ok = isinstance(got, str) and not msg.get("truncated") and stdout_matches(got, want)
-                detail = "output over task.max_output_mb" if msg.get("truncated") else \
-                    mismatch(str(got).strip(), want.strip(), public, text=True)
+                if msg.get("truncated") or not isinstance(got, (bytes, bytearray)):
+                    failure.append(("output_limit" if msg.get("truncated") else "protocol_error",
+                                    f"test {i}: output over task.max_output_mb" if msg.get("truncated") else
+                                    f"test {i}: no output bytes"))
+                    return False
+                ok = stdout_matches(got, want)
+                detail = "" if ok else mismatch(stripped_text(got), want.strip(), public, text=True)
             else:
                 ok = "value" in msg and msg["value"] == json.loads(want)
                 detail = mismatch(msg.get("value"), want, public, text=False)

@@ -170,7 +170,9 @@ def probe(iso: Isolation) -> str:
     seen: list[str] = []
 
     def on_result(i: int, msg: dict) -> bool:
-        seen.append(str(msg.get("stdout", msg.get("error", ""))).strip()[:200])
+        out = msg.get("stdout")
+        text = bytes(out).decode("utf-8", "replace") if isinstance(out, (bytes, bytearray)) else msg.get("error")
+        seen.append(str(text).strip()[:200])
         return True
 
     try:
@@ -261,12 +263,14 @@ def _monitor(proc: subprocess.Popen, n_tests: int, limits: Limits, on_result: On
     ``timeout_s`` of the sandbox's own CPU time (see :class:`_Clock`)."""
     fd = proc.stdout.fileno()
     os.set_blocking(fd, False)
-    max_line = line_limit(limits.max_output_mb * MiB)
+    max_output = limits.max_output_mb * MiB
+    max_line = line_limit(max_output)
     phase, current, next_i = "startup", None, 0
     clock = _Clock(proc.pid)
     clock.start(start, limits.startup_s, cpu=False)
     buf = bytearray()
     scanned = 0  # buf[:scanned] holds no newline
+    raw: tuple[dict, bytearray, int] | None = None  # a stdin result whose output bytes are being read: (msg, out, got)
 
     def end(status: str, error: str | None = None, index: int | None = None) -> RunResult:
         return RunResult(status, phase, index if index is not None else current, error, time.monotonic() - start)
@@ -280,20 +284,47 @@ def _monitor(proc: subprocess.Popen, n_tests: int, limits: Limits, on_result: On
             if not sel.select(clock.wait(now)):
                 continue
             try:
-                chunk = os.read(fd, MiB)
+                if raw is not None:  # straight into the output's own buffer: held once, never copied
+                    n = os.readv(fd, [memoryview(raw[1])[raw[2]:]])
+                    chunk = b"" if n == 0 else None
+                    raw = (raw[0], raw[1], raw[2] + n)
+                else:
+                    chunk = os.read(fd, MiB)
             except BlockingIOError:
                 continue
-            if not chunk:
+            if chunk is not None and not chunk:
                 return end("crashed", _exit_reason(proc))
-            buf += chunk
-            while (nl := buf.find(b"\n", scanned)) >= 0:
-                line = bytes(buf[:nl])
-                del buf[: nl + 1]
-                scanned = 0
-                msg = parse_message(line)
-                del line
-                if msg is None:
-                    return end("protocol_error", "unreadable message on the result channel")
+            if chunk:
+                buf += chunk
+            while True:
+                if raw is not None:
+                    msg, out, got = raw
+                    take = min(len(buf), len(out) - got)
+                    if take:
+                        out[got:got + take] = buf[:take]
+                        del buf[:take]
+                        got += take
+                        raw = (msg, out, got)
+                    if got < len(out):
+                        break
+                    msg["stdout"], raw, scanned = out, None, 0
+                else:
+                    nl = buf.find(b"\n", scanned)
+                    if nl < 0:
+                        break
+                    line = bytes(buf[:nl])
+                    del buf[: nl + 1]
+                    scanned = 0
+                    msg = parse_message(line)
+                    del line
+                    if msg is None:
+                        return end("protocol_error", "unreadable message on the result channel")
+                    if msg["ev"] == "result" and "stdout_bytes" in msg:
+                        size = msg["stdout_bytes"]
+                        if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= max_output:
+                            return end("protocol_error", "bad output size on the result channel")
+                        raw = (msg, bytearray(size), 0)
+                        continue
                 ev = msg["ev"]
                 now = time.monotonic()
                 if ev == "ready" and phase == "startup":
