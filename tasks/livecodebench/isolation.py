@@ -1,21 +1,27 @@
-"""Which isolation the graded programs get, what it guarantees, and the command line that launches them.
+"""What each isolation mode is and guarantees, and the command line that launches it (a leaf: the choice of mode,
+which needs a probe run, is :mod:`tasks.livecodebench.modes`).
 
 Two modes (``task.sandbox``):
 
 * ``bwrap`` — bubblewrap (the sandbox Flatpak uses): an empty root holding, read-only, only the system library
-  folders, the interpreter and its packages (:func:`view_plan`: not the project, ``results/``, home, ``/run`` or
-  anyone's sockets), a fresh ``/proc`` and ``/dev``, a size-capped private ``/tmp``, no network (own network
-  namespace), own PID namespace (nothing outside is visible or killable, and everything inside dies with it), the
-  task's data files covered. When the harness runs as root, bwrap runs without a user namespace and the program
-  runs under a fresh unprivileged uid (a root process ignores RLIMIT_NPROC).
-* ``process`` — the fallback when bwrap is missing or not permitted: a fresh interpreter as PID 1 of its own PID
-  namespace (the kill reaches every process it started) with its own mount namespace (``/proc`` of its own; its
-  folder, ``/tmp``, ``/var/tmp`` and ``/dev/shm`` on one size-capped tmpfs that vanishes with it), ``no_new_privs``,
-  rlimits, a scrubbed environment, and the wall-clock kill (see :func:`process_argv`; without util-linux's
-  ``unshare`` or namespaces, the probe fails and process mode refuses to run). When the
-  harness runs as root and the interpreter is readable by other users, the program also runs under a fresh uid, so
-  it cannot write the harness's files, signal its processes or read their environment, and whatever it leaves
-  running is killed by uid. It has the network and sees the file system.
+  folders, the interpreter and its packages (:func:`view_plan`: not the project, ``results/``, home or anyone's
+  sockets), a fresh ``/proc`` and ``/dev``, a size-capped private ``/tmp`` and ``/dev/shm``, an empty ``/run``, no
+  network (own network namespace), own PID and IPC namespaces (nothing outside is visible or killable, and
+  everything inside dies with it, or with the harness: ``--die-with-parent``), the task's data files covered. When
+  the harness runs as root, bwrap runs without a user namespace and the program runs under a fresh unprivileged uid
+  with an empty capability bounding set (a root process ignores RLIMIT_NPROC).
+* ``process`` — the fallback when bwrap is missing or not permitted: a fresh interpreter in its own PID, mount and
+  IPC namespaces (``/proc`` of its own; its folder, ``/tmp``, ``/var/tmp`` and ``/dev/shm`` on one size-capped
+  tmpfs that vanishes with it; an empty ``/run``), ``no_new_privs``, no capability in any set, rlimits, a scrubbed
+  environment, the seccomp filter of :mod:`tasks.livecodebench.seccomp`, and a parent-death signal so that a killed
+  harness takes it along (see :data:`_LAUNCHER` and :func:`process_argv`). As root, the program always runs under a
+  fresh uid: a folder closed to other users on the way to the interpreter (a 0700 home) is covered, in the
+  program's mount namespace only, by an open tmpfs holding just the interpreter's folders; where that cannot work,
+  process mode refuses rather than run a program as root. It has the network and sees the rest of the file system.
+
+Both modes: each phase of a program is timed on its sandbox's own CPU clock (``sandbox.py``), and ``memfd_create``
+and ``shmget`` fail (:mod:`tasks.livecodebench.seccomp`: memory outside RLIMIT_AS); on machines other than x86-64
+and aarch64 no filter is built (``memory_counts_memfd_and_shm`` is then missing from the guarantees).
 
 ``auto`` picks ``bwrap`` when a probe run succeeds and otherwise ``process``, with one loud warning.
 """
@@ -60,7 +66,7 @@ class Isolation:
         root = os.geteuid() == 0
         return {
             "fresh_interpreter_and_group_kill": True,
-            "no_capabilities": bwrap or self.fresh_uid or not root,  # the launcher drops them all
+            "no_capabilities": True,  # bwrap drops them; process mode: the launcher and the setuid (modes.py refuses else)
             "own_ipc_namespace": True,
             "dies_with_harness": True,  # parent-death signal on bwrap / unshare
             "memory_counts_memfd_and_shm": bool(seccomp.filter_bytes()),
