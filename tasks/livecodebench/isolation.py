@@ -66,7 +66,7 @@ class Isolation:
         root = os.geteuid() == 0
         return {
             "fresh_interpreter_and_group_kill": True,
-            "no_capabilities": True,  # bwrap drops them; process mode: the launcher and the setuid (modes.py refuses else)
+            "no_capabilities": True,  # checked by the probe run (modes.py): a mode that keeps any is refused
             "own_ipc_namespace": True,
             "dies_with_harness": True,  # parent-death signal on bwrap / unshare
             "memory_counts_memfd_and_shm": bool(seccomp.filter_bytes()),
