@@ -210,21 +210,31 @@ WALL_FACTOR = 3.0  # a phase may take this many times its CPU budget in wall tim
 CPU_POLL_S = 0.05  # how often the sandbox's CPU clock is read
 
 
+def _tree(root: int) -> list[int]:
+    """``root`` and every process below it (children of each of their threads), from ``/proc``."""
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        if pid in found:
+            continue
+        found.append(pid)
+        try:
+            for task in os.listdir(f"/proc/{pid}/task"):
+                todo += [int(c) for c in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
+        except (OSError, ValueError):
+            continue
+    return found
+
+
 def _tree_cpu(root: int) -> float:
     """CPU seconds used so far by ``root`` and every process below it (user + system, with the children each has
     reaped): the sandbox's own clock. Everything a program starts stays below its sandbox's root (a PID namespace
     whose init reaps), so ``setsid`` and double forks are counted; another sample's processes never are."""
-    total, todo, seen = 0, [root], set()
-    while todo:
-        pid = todo.pop()
-        if pid in seen:
-            continue
-        seen.add(pid)
+    total = 0
+    for pid in _tree(root):
         try:
             fields = Path(f"/proc/{pid}/stat").read_bytes().rpartition(b")")[2].split()
             total += sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
-            for task in os.listdir(f"/proc/{pid}/task"):
-                todo += [int(c) for c in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
         except (OSError, ValueError, IndexError):
             continue
     return total / _CLK_TCK
@@ -381,7 +391,9 @@ def _children(pid: int) -> list[int]:
 
 def _terminate(proc: subprocess.Popen, iso: Isolation, uid: int | None) -> None:
     """Kill whatever the run left. bwrap: killing its PID-namespace init takes every process inside with it, and
-    bwrap exits only once they are gone. process: the process group, then every process of the fresh uid."""
+    bwrap exits only once they are gone. process: the process group (its PID 1 with it: the kernel then kills the
+    rest of the namespace), then every process of the fresh uid. Returns once every process of the tree is gone."""
+    tree = _tree(proc.pid) if proc.poll() is None else []
     if iso.mode == "bwrap" and proc.poll() is None:
         for child in _children(proc.pid):
             _kill(child, lambda p: os.kill(p, signal.SIGKILL))
@@ -398,6 +410,10 @@ def _terminate(proc: subprocess.Popen, iso: Isolation, uid: int | None) -> None:
             pass
     if iso.mode == "process" and uid is not None:
         reap_uid(uid)
+    deadline = time.monotonic() + 10
+    for pid in tree[1:]:  # a process with much memory takes a moment to die
+        while not _zombie(str(pid)) and time.monotonic() < deadline:
+            time.sleep(0.005)
 
 
 def _kill(pid: int, how: Callable[[int], None]) -> None:
