@@ -149,10 +149,10 @@ def _process_start() -> float:
 
 def remove_if_empty(run_dir: Path) -> None:
     """After a failure before any work: remove what this run wrote there and then the folder, only if that leaves
-    it empty (``rmdir``, never a recursive delete); nothing at all where a run's results lie. This run's files are Hydra's ``.hydra/*.yaml`` and the run's
-    ``.lock`` written since this process started, and a ``*.log`` whose first line is a Hydra log record stamped
-    since then (Hydra appends to an existing log, so a user's older log starts with an older stamp and is kept, with
-    the folder)."""
+    it empty (``rmdir``, never a recursive delete); nothing at all where a run's results lie. This run's files are
+    ``.hydra/*.yaml`` and the run's ``.lock`` written since this process started, and a ``*.log`` whose first line
+    is a Hydra log record stamped since then (Hydra appends to an existing log, so a user's older log starts with an
+    older stamp and is kept, with the folder)."""
     if not run_dir.is_dir() or any((run_dir / name).exists() for name in RESULT_FILES):
         return  # a run's results are there (a finished run beside a refused re-run): touch nothing
     since = _process_start() - 2.0
