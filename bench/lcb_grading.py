@@ -28,7 +28,7 @@ from datetime import datetime
 from pathlib import Path
 
 from bench.rows_csv import write_rows
-from tasks.livecodebench import driver, isolation
+from tasks.livecodebench import driver, isolation, modes
 from tasks.livecodebench.grader import GradeSettings, grade_many, stdout_matches
 from tasks.livecodebench.problem import Problem, TestCase
 from tasks.livecodebench.sandbox import Limits
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             workers = args.workers
             settings = GradeSettings(limits=Limits(timeout_s=6.0), sandbox=mode, python=python,
                                      exec_workers=workers)
-            isolation.resolve(mode, python)  # the one-time probe is not part of the timing
+            modes.resolve(mode, python)  # the one-time probe is not part of the timing
         times, passed = [], 0
         for _ in range(args.repeat):
             start = time.perf_counter()

@@ -62,7 +62,12 @@ def expand(args: list[str], multirun: bool) -> list[list[str]]:
                 raise UserError(f"{key}: a sweep value needs -m (multirun)")
             if not ov.is_discrete_sweep():
                 raise UserError(f"{key}: interval sweeps need an optimising sweeper; use a list, range() or glob()")
-            lists[key] = [f"{key}={v}" for v in ov.sweep_string_iterator()]
+            try:
+                lists[key] = [f"{key}={v}" for v in ov.sweep_string_iterator()]
+            except Exception as exc:  # omegaconf's ValidationError: a range() inside a list, say
+                value = ov.input_line.split("=", 1)[-1]
+                raise UserError(f"{key}: cannot expand the sweep {value!r}: {_one_line(exc)} (write a list of "
+                                "values, or range() on its own)") from None
         else:
             lists[key] = [f"{key}={ov.get_value_element_as_str()}"]
     return [list(c) for c in itertools.product(*lists.values())]
@@ -73,16 +78,24 @@ def check_combination(overrides: list[str]) -> None:
     from hydra import compose
     from omegaconf import open_dict
 
+    from evals.rundir import check_writable
     from evals.runner import check
 
     try:
         cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
     except Exception as exc:  # hydra's ConfigCompositionException / MissingConfigException
         raise UserError(_one_line(exc)) from None
+    try:
+        out_dir = str(cfg.hydra.run.dir)  # where Hydra itself will write first (its log, the run's folder)
+    except Exception:  # an interpolation that resolves only inside a running job
+        out_dir = None
     with open_dict(cfg):
         del cfg["hydra"]  # its runtime interpolations resolve only inside a running job
     try:
         check(cfg)
+        for field, path in (("hydra.run.dir", out_dir), ("out_root", cfg.get("out_root"))):
+            if path:
+                check_writable(Path(path), field)
     except ValueError as exc:
         raise UserError(_one_line(exc)) from None
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ from evals.conf_store import register_methods
 
 log = logging.getLogger("evals.run")
 EXPLICIT_DIR = ("hydra.run.dir", "hydra.sweep.dir", "hydra.sweep.subdir")
+USER_ERRNOS = (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT, errno.ELOOP)
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
@@ -31,6 +33,13 @@ def main(cfg: DictConfig) -> None:
 
         remove_if_empty(Path(hc.runtime.output_dir))  # Hydra's folder, if the run never started
         print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except OSError as exc:  # out of space, read-only, permission: the path and the reason, not a traceback
+        if exc.errno not in USER_ERRNOS:
+            raise
+        from evals.rundir import os_error_line
+
+        print(f"error: {os_error_line(exc, hc.runtime.output_dir)}", file=sys.stderr)
         sys.exit(2)
 
 

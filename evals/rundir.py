@@ -35,7 +35,7 @@ def run_lock(run_dir: Path) -> Iterator[None]:
     here until the first ends, then resumes with nothing to go. The kernel drops the lock when a process dies
     (``kill -9`` included), so a stale lock file never blocks.
     """
-    fd = os.open(run_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(run_dir / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -45,6 +45,59 @@ def run_lock(run_dir: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # closing the descriptor releases the lock
+
+
+def refuse_symlinks(run_dir: Path) -> None:
+    """A run never writes through a symbolic link: a linked ``samples.jsonl`` would have the run append to (or cut
+    the torn tail of) whatever it points to. Refused before anything is written (``ValueError`` naming the path)."""
+    names = (*RESULT_FILES, *(f".{n}.tmp" for n in RESULT_FILES), LOCK, ".hydra", "plots", *HYDRA_FILES)
+    for name in names:
+        if (run_dir / name).is_symlink():
+            raise ValueError(f"hydra.run.dir: {run_dir / name} is a symbolic link; a run never writes through one "
+                             "(remove it or choose another hydra.run.dir)")
+
+
+def write_hydra_files(run_dir: Path, cfg: Any) -> None:
+    """Hydra's ``.hydra/{config,hydra,overrides}.yaml`` for the job, written by the run itself once it is accepted
+    (``hydra.output_subdir`` is null: a refused re-run must not replace a finished run's record); a no-op outside
+    ``@hydra.main``."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    if not HydraConfig.initialized():
+        return
+    hc = HydraConfig.get()
+    folder = run_dir / ".hydra"
+    folder.mkdir(exist_ok=True)
+    write_atomic(folder / "config.yaml", OmegaConf.to_yaml(cfg))
+    write_atomic(folder / "hydra.yaml", OmegaConf.to_yaml({"hydra": hc}))
+    write_atomic(folder / "overrides.yaml", OmegaConf.to_yaml(list(hc.overrides.task)))
+
+
+def check_writable(path: Path, field: str) -> None:
+    """Refuse, before anything starts, a results folder whose nearest existing folder cannot take files: a
+    read-only file system, one with no space left, or one this user may not write (one line naming the path)."""
+    path = Path(path).absolute()
+    existing = next((p for p in (path, *path.parents) if p.exists()), Path("/"))
+    if not existing.is_dir():
+        raise ValueError(f"{field}: {existing} is not a folder")
+    try:
+        st = os.statvfs(existing)
+    except OSError as exc:
+        raise ValueError(f"{field}: {os_error_line(exc)}") from None
+    if st.f_flag & os.ST_RDONLY:
+        raise ValueError(f"{field}: {existing}: Read-only file system")
+    if st.f_bavail == 0 and os.geteuid() != 0 or st.f_bfree == 0:
+        raise ValueError(f"{field}: {existing}: No space left on device")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"{field}: {existing}: Permission denied")
+
+
+def os_error_line(exc: OSError, where: object = "(results)") -> str:
+    """An out-of-space, read-only or permission error as one line naming the path (``where`` when the error
+    names none)."""
+    where = exc.filename if exc.filename is not None else where
+    return f"{where}: {exc.strerror or type(exc).__name__}"
 
 
 def check_resumable(run_dir: Path, fp: str, identity: dict[str, Any]) -> None:
@@ -96,12 +149,12 @@ def _process_start() -> float:
 
 def remove_if_empty(run_dir: Path) -> None:
     """After a failure before any work: remove what this run wrote there and then the folder, only if that leaves
-    it empty (``rmdir``, never a recursive delete). This run's files are Hydra's ``.hydra/*.yaml`` and the run's
-    ``.lock`` written since this process started, and a ``*.log`` whose first line is a Hydra log record stamped
-    since then (Hydra appends to an existing log, so a user's older log starts with an older stamp and is kept, with
-    the folder)."""
-    if not run_dir.is_dir():
-        return
+    it empty (``rmdir``, never a recursive delete); nothing at all where a run's results lie. This run's files are
+    ``.hydra/*.yaml`` and the run's ``.lock`` written since this process started, and a ``*.log`` whose first line
+    is a Hydra log record stamped since then (Hydra appends to an existing log, so a user's older log starts with an
+    older stamp and is kept, with the folder)."""
+    if not run_dir.is_dir() or any((run_dir / name).exists() for name in RESULT_FILES):
+        return  # a run's results are there (a finished run beside a refused re-run): touch nothing
     since = _process_start() - 2.0
     for path in [run_dir / name for name in OWN_FILES] + sorted(run_dir.glob("*.log")):
         try:
@@ -138,8 +191,19 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def write_atomic_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to a fresh temporary file beside ``path`` (never through a link), then rename it over."""
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
+    tmp.unlink(missing_ok=True)  # a stale one, or a link planted there: removed, never followed
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise OSError(exc.errno, exc.strerror, str(path)) from None  # a full disk: name the file
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, path)
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
+from evals import strict
 from evals.backends import Request, backend_class, make_backend
 from evals.identity import fingerprint, run_identity
 from evals.prompts import PROMPTS, PromptStore, prompt_record
@@ -31,10 +32,12 @@ from evals.rundir import (
     git_commit,
     git_dirty,
     now,
+    refuse_symlinks,
     remove_if_empty,
     run_lock,
     versions,
     write_atomic,
+    write_hydra_files,
 )
 from evals.summary import summarize
 from snapstream_core import compression_from_config
@@ -89,6 +92,7 @@ def check(cfg: DictConfig) -> Checked:
         key = getattr(exc, "full_key", None)
         first = str(exc).splitlines()[0]
         raise ValueError(f"{key}: {first}" if key else f"config: {first}") from None
+    strict.check(container)  # booleans, integers and appended keys, by type
     task = get_task(cfg.task.get("module") or cfg.task.name)  # `module`: a task module serving many names (lm_eval)
     _check_task_source(container["task"])
     validate = hook(task, "validate")
@@ -196,6 +200,7 @@ def run(cfg: DictConfig, run_dir: Path | None = None) -> Path:
         replay = make_backend(cfg, p.method, p.sampling)
         replay.check_matches([str(i.item_id) for i in p.items], model=cfg.model.name)
     p.run_dir.mkdir(parents=True, exist_ok=True)
+    refuse_symlinks(p.run_dir)
     with run_lock(p.run_dir):
         try:
             if cfg.overwrite:
@@ -204,6 +209,7 @@ def run(cfg: DictConfig, run_dir: Path | None = None) -> Path:
         except Exception:
             remove_if_empty(p.run_dir)
             raise
+        write_hydra_files(p.run_dir, cfg)  # accepted: only now is the job's record written
         return _run_locked(cfg, p, replay)
 
 

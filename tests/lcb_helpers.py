@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from tasks.livecodebench import isolation, load
+from tasks.livecodebench import isolation, load, modes
 from tasks.livecodebench.grader import GradeSettings
 from tasks.livecodebench.problem import Problem, TestCase
 
@@ -45,7 +45,7 @@ def cfg_for(mode: str, **knobs: object) -> dict:
     """A ``task`` config that grades in ``mode`` (short timeouts); skips the test when the mode cannot run here."""
     python = None if mode == "bwrap" else process_python()
     try:
-        isolation.resolve(mode, python)
+        modes.resolve(mode, python)
     except ValueError as exc:
         pytest.skip(f"{mode} isolation is not available here: {exc}")
     return {"sandbox": mode, "python": python, "timeout_s": 1.5, "memory_mb": 1024, "exec_workers": 2, **knobs}
@@ -57,7 +57,7 @@ def settings_for(mode: str, **knobs: object) -> GradeSettings:
 
 def require(mode: str, guarantee: str) -> None:
     """Skip unless the isolation of ``mode`` here gives ``guarantee`` (see Isolation.guarantees)."""
-    iso = isolation.resolve(mode, None if mode == "bwrap" else process_python())
+    iso = modes.resolve(mode, None if mode == "bwrap" else process_python())
     if not iso.guarantees[guarantee]:
         pytest.skip(f"{mode} mode here ({iso.reason or 'as configured'}) does not guarantee {guarantee}")
 

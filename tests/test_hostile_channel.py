@@ -81,7 +81,7 @@ def test_the_sandbox_sees_neither_the_project_nor_results_nor_home():
     needed = isolation.interpreter_paths(sys.executable)
     home_files = sorted(os.path.join(home, n) for n in os.listdir(home) if os.path.isdir(home))
     home_files = [p for p in home_files if not any(q == p or q.startswith(p + "/") for q in needed)][:5]
-    paths = [str(REPO / "README.md"), str(REPO / "results"), "/run", "/var", str(REPO / "tasks" / "data"),
+    paths = [str(REPO / "README.md"), str(REPO / "results"), "/run/lock", "/var", str(REPO / "tasks" / "data"),
              str(REPO / ".git"), *home_files]  # home: at most the folders that lead to the interpreter
     code = "import os\nfor p in %r:\n    print(p, os.path.exists(p))\n" % (paths,)
     expected = "".join(f"{p} False\n" for p in paths)

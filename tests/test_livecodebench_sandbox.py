@@ -38,7 +38,7 @@ from lcb_helpers import (
 )
 from lcb_sample_source import REFERENCE
 
-from tasks.livecodebench import isolation
+from tasks.livecodebench import isolation, modes
 from tasks.livecodebench.grader import grade
 from tasks.livecodebench.sandbox import Limits
 
@@ -92,7 +92,7 @@ def test_infinite_loop_times_out(mode):
 def test_output_flood_hits_the_file_size_limit(mode):
     verdict = attack(mode, "import sys\nwhile True:\n    sys.stdout.write('x' * 100000)\n    sys.stdout.flush()",
                      max_output_mb=2)
-    assert verdict.outcome == "runtime_error" and "File too large" in verdict.error
+    assert verdict.outcome == "output_limit" and "File too large" in verdict.error
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -227,9 +227,9 @@ def test_data_files_are_hidden(mode):
 
 def test_fallback_warning_is_loud_and_lists_missing_guarantees(caplog):
     iso = isolation.Isolation("process", sys.executable, fresh_uid=False, reason=f"test {uuid.uuid4().hex}")
-    with caplog.at_level("WARNING", logger="tasks.livecodebench.isolation"):
-        isolation.warn_once(iso)
-        isolation.warn_once(iso)
+    with caplog.at_level("WARNING", logger="tasks.livecodebench.modes"):
+        modes.warn_once(iso)
+        modes.warn_once(iso)
     records = [r for r in caplog.records if "WITHOUT bubblewrap" in r.getMessage()]
     assert len(records) == 1
     assert "no_network" in records[0].getMessage() and "read_only_filesystem" in records[0].getMessage()
@@ -237,13 +237,13 @@ def test_fallback_warning_is_loud_and_lists_missing_guarantees(caplog):
 
 def test_bwrap_requested_but_unusable_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(isolation.shutil, "which", lambda name: None)
-    isolation._resolve.cache_clear()
+    modes._resolve.cache_clear()
     try:
         with pytest.raises(ValueError, match="task.sandbox: bwrap was requested but cannot run here: bwrap is not "
                                              "installed"):
-            isolation.resolve("bwrap")
+            modes.resolve("bwrap")
     finally:
-        isolation._resolve.cache_clear()
+        modes._resolve.cache_clear()
 
 
 def test_limits_are_checked():

@@ -44,10 +44,10 @@ def scientific(code: str) -> bool:
 
 
 def _bwrap_works() -> bool:
-    from tasks.livecodebench import isolation
+    from tasks.livecodebench import modes
 
     try:
-        isolation.resolve("bwrap", None)
+        modes.resolve("bwrap", None)
         return True
     except ValueError:
         return False

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from evals.backends.base import Request, Sample
 from evals.rows import check_measured
+from evals.text import repair_surrogates
 from tasks.base import Prompt, iter_jsonl
 
 log = logging.getLogger(__name__)
@@ -30,6 +31,7 @@ def read_completions(path: str | Path) -> dict[tuple[str, int], dict]:
     records: dict[tuple[str, int], dict] = {}
     for lineno, rec in iter_jsonl(path, field="backend.path"):
         where = f"backend.path: {path} line {lineno}"
+        rec = repair_surrogates(rec)  # a lone "\ud800" cannot be written as UTF-8: U+FFFD instead
         if "item_id" not in rec or "completion" not in rec:
             raise ValueError(f"{where}: needs fields item_id and completion")
         if not isinstance(rec["completion"], str):

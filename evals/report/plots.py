@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from evals.report.escape import file_part
+
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#bcbd22"]
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "<", ">"]
 DASHES = ["-", "--", "-.", ":"]
@@ -149,7 +151,7 @@ def plot(head: pd.DataFrame, out_dir: Path) -> list[Path]:
     paths = []
     for (task, model), frame in head.groupby(["task", "model"], sort=False):
         for kind, draw in (("frontier", frontier), ("budget", by_budget)):
-            path = draw(frame, out_dir / f"{kind}__{task}__{model}.png", plt)
+            path = draw(frame, out_dir / f"{kind}__{file_part(task)}__{file_part(model)}.png", plt)
             if path is not None:
                 paths.append(path)
     return paths

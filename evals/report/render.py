@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from evals.report.escape import md_cell
 from evals.report.load import collect
 from evals.report.paired import paired_deltas
 from evals.report.plots import plot
@@ -65,6 +66,11 @@ def _sections(root: Path):
 
 
 def _md(df: pd.DataFrame) -> str:
+    df = df.copy()
+    df.columns = [md_cell(str(c)) for c in df.columns]
+    for col in df.columns:
+        if not pd.api.types.is_numeric_dtype(df[col]):
+            df[col] = df[col].map(md_cell)
     return df.to_markdown(index=False, floatfmt=".4g")
 
 

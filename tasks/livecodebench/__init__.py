@@ -3,7 +3,7 @@ model-written program run in an isolated sandbox.
 
 * data: ``data.py`` (hub release files, ``task.path``, the bundled sample; the contest-date window) and
   ``problem.py`` (the typed record; private tests decoded by a pickle loader that refuses every global);
-* prompts and extraction: ``prompts.py``; grading semantics: ``grader.py``; isolation: ``isolation.py`` (which mode,
+* prompts and extraction: ``prompts.py``; grading semantics: ``grader.py``; isolation: ``isolation.py`` (what
   which guarantees) + ``sandbox.py`` (one run) + ``driver.py`` (what runs inside); metrics: ``summary.py``.
 
 The task interface (tasks/protocol.py): ``load``, ``validate``, ``prompt``, ``score``, ``score_many``, ``summarize``.
@@ -65,9 +65,9 @@ def validate(cfg: Any) -> None:
             raise ValueError("task.source=hub needs the huggingface_hub package") from exc
     else:
         source_paths(cfg)
-    from tasks.livecodebench import isolation
+    from tasks.livecodebench import modes
 
-    isolation.resolve(settings.sandbox, settings.python)
+    modes.resolve(settings.sandbox, settings.python)
 
 
 def prompt(item: Problem, model_cfg: Any, *, cfg: Any = None, tokenizer: Any = None) -> Prompt:

@@ -8,7 +8,8 @@ so a program that tampers with this process (or writes into the result channel) 
 computed itself.
 
 Protocol (one JSON object a line): ``ready`` → ``compiled`` | ``compile_error`` | ``load_error`` → for each test
-``start {i}`` then ``result {i, ok, stdout|value|error}`` → ``done``. The parent enforces every deadline.
+``start {i}`` then ``result {i, ok, value|error}`` (a stdin test: ``result {i, ok, stdout_bytes, truncated}``
+followed by that many raw bytes of output) → ``done``. The parent enforces every deadline.
 
 Execution semantics follow LiveCodeBench's ``lcb_runner/evaluation/testing_util.py``: the same prelude of star
 imports; stdin programs have a trailing ``if __name__ == '__main__':`` unwrapped, their imports hoisted and the rest
@@ -66,7 +67,15 @@ class Channel:
         self.fd = fd
 
     def send(self, **msg: object) -> None:
-        data = (json.dumps(msg, ensure_ascii=False, allow_nan=True) + "\n").encode("utf-8", "surrogatepass")
+        self._write((json.dumps(msg, ensure_ascii=False, allow_nan=True) + "\n").encode("utf-8", "surrogatepass"))
+
+    def send_output(self, i: int, data: bytes, truncated: bool) -> None:
+        """A stdin test's result: a header line giving the size, then the output's raw bytes (so that the parent
+        can hold them once, in a buffer of exactly that size)."""
+        self.send(ev="result", i=i, ok=True, stdout_bytes=len(data), truncated=truncated)
+        self._write(data)
+
+    def _write(self, data: bytes) -> None:
         view = memoryview(data)
         while view:
             view = view[os.write(self.fd, view):]
@@ -118,6 +127,15 @@ def apply_limits(limits: dict, nproc_relative: bool) -> None:
 
 
 def drop_privileges(uid: int) -> None:
+    """Become ``uid`` with an empty capability bounding set (the setuid clears the other sets)."""
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    with open("/proc/sys/kernel/cap_last_cap", encoding="ascii") as fh:
+        last = int(fh.read())
+    for cap in range(last + 1):
+        if prctl(24, cap, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
+            raise RuntimeError("privilege drop failed: PR_CAPBSET_DROP")
     os.setgroups([])
     os.setgid(uid)
     os.setuid(uid)
@@ -286,7 +304,9 @@ def run_stdin_lcb(function, inputs: list[str], max_output: int, chan: Channel) -
         except BaseException as exc:  # noqa: BLE001 - the program may have broken the buffer
             chan.send(ev="result", i=i, ok=False, error=describe(exc))
             return
-        chan.send(ev="result", i=i, ok=True, stdout=out[:max_output], truncated=len(out) > max_output)
+        data = out.encode("utf-8", "surrogatepass")
+        del out
+        chan.send_output(i, data[:max_output], len(data) > max_output)
 
 
 # ----------------------------------------------------------------------------------------------- code shaping
@@ -422,8 +442,7 @@ def run_stdin(function, inputs: list[str], max_output: int, chan: Channel) -> No
                 return
             fout.seek(0)
             raw = fout.read(max_output + 1)
-        chan.send(ev="result", i=i, ok=True, stdout=raw[:max_output].decode("utf-8", "replace"),
-                  truncated=len(raw) > max_output)
+        chan.send_output(i, raw[:max_output], len(raw) > max_output)
 
 
 def main(argv: list[str]) -> int:

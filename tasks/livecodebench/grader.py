@@ -5,9 +5,11 @@
 * functional tests: the return value (a top-level tuple becomes a list) must ``==`` ``json.loads(output)``.
 * tests run in order, public first; the first failure decides the outcome; a sample passes when every test passes.
 
-Outcomes: ``passed``, ``wrong_answer``, ``timeout``, ``runtime_error`` (an exception, a crash, a resource limit,
-or a resource limit), ``compile_error`` (the code does not compile), ``no_code`` (nothing to run),
-``protocol_error`` (the result channel was tampered with: unreadable, too long, too deep or out of order).
+Outcomes: ``passed``, ``wrong_answer``, ``timeout``, ``runtime_error`` (an exception, a crash, a resource limit),
+``compile_error`` (the code does not compile), ``no_code`` (nothing to run), ``protocol_error`` (the result channel
+was tampered with: unreadable, too long, too deep or out of order), ``output_limit`` (the output went over
+``task.max_output_mb``, raised to twice the largest expected output: the program's output is read into one buffer
+of its announced size, never past the cap, and compared line by line).
 
 Failure messages never quote a hidden test: for a private test they give the length and a SHA-256 prefix of the
 expected and produced outputs; only public tests (shown in the prompt) are quoted, shortened.
@@ -15,25 +17,30 @@ expected and produced outputs; only public tests (shown in the prompt) are quote
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
 import math
 import os
+import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from tasks.livecodebench import isolation
+from tasks.livecodebench import isolation, modes
 from tasks.livecodebench.problem import Problem
 from tasks.livecodebench.sandbox import Limits, RunResult, SandboxError, execute
 from tasks.source import cfg_get
 
 log = logging.getLogger(__name__)
 
-OUTCOMES = ("passed", "wrong_answer", "timeout", "runtime_error", "compile_error", "no_code", "protocol_error")
+OUTCOMES = ("passed", "wrong_answer", "timeout", "runtime_error", "compile_error", "no_code", "protocol_error",
+            "output_limit")
+FILE_TOO_LARGE = "[Errno 27] File too large"  # a write past RLIMIT_FSIZE (strict) or the capture bound (lcb_runner)
 PROTOCOLS = ("lcb_runner", "strict")  # how programs run: lcb_runner's run_test semantics, or real file descriptors
 
 
@@ -44,6 +51,17 @@ def _number(cfg: Any, name: str, default: Any, kind: type = int) -> Any:
             (kind is int and value != int(value)):
         raise ValueError(f"task.{name}: expected a finite {'integer' if kind is int else 'number'}, got {value!r}")
     return kind(value)
+
+
+@functools.lru_cache(maxsize=16)
+def is_python3(path: str) -> bool:
+    """Whether ``path`` runs as a Python 3.8+ interpreter (one short run, no site import)."""
+    try:
+        out = subprocess.run([path, "-S", "-I", "-c", "import sys; print(sys.hexversion)"], capture_output=True,
+                             text=True, timeout=60, env={"PATH": "/usr/bin:/bin"}, check=False).stdout.strip()
+        return out.isdigit() and int(out) >= 0x030800F0
+    except (OSError, subprocess.SubprocessError):
+        return False
 
 
 @dataclass(frozen=True)
@@ -65,6 +83,9 @@ class GradeSettings:
             raise ValueError(f"task.exec_workers: must be >= 1 or null, got {self.exec_workers}")
         if self.python is not None and not (os.path.isfile(self.python) and os.access(self.python, os.X_OK)):
             raise ValueError(f"task.python: not an executable file: {self.python}")
+        if self.python is not None and not is_python3(self.python):
+            raise ValueError(f"task.python: {self.python} is not a Python 3.8+ interpreter (it did not print its "
+                             "version for `-c 'import sys; print(sys.hexversion)'`)")
 
     @classmethod
     def from_cfg(cls, cfg: Any) -> GradeSettings:
@@ -118,12 +139,83 @@ def _decimals(line: str) -> list[Decimal] | None:
         return None
 
 
-def stdout_matches(actual: str, expected: str) -> bool:
-    """The official stdin comparison (``grade_stdio``)."""
-    got, want = _lines(actual), _lines(expected)
-    if len(got) != len(want):
-        return False
+def _char_at(data: bytes | bytearray, i: int) -> tuple[str, int]:
+    """The character whose UTF-8 encoding starts at ``data[i]`` and its length (U+FFFD, 1 for invalid bytes)."""
+    lead = data[i]
+    size = 1 if lead < 0x80 else 2 if lead >> 5 == 6 else 3 if lead >> 4 == 14 else 4 if lead >> 3 == 30 else 1
+    try:
+        return bytes(data[i:i + size]).decode("utf-8"), size
+    except UnicodeDecodeError:
+        return "\ufffd", 1
+
+
+def strip_range(data: bytes | bytearray) -> tuple[int, int]:
+    """``(lo, hi)`` such that ``data[lo:hi]`` decoded is ``data`` decoded then ``str.strip()``-ed (Unicode
+    whitespace at both ends), without decoding the middle."""
+    lo, hi = 0, len(data)
+    while lo < hi:
+        char, size = _char_at(data, lo)
+        if not char.isspace():
+            break
+        lo += size
+    while hi > lo:
+        start = hi - 1
+        while start > lo and hi - start < 4 and data[start] >> 6 == 2:  # back over continuation bytes
+            start -= 1
+        char, size = _char_at(data, start)
+        if start + size != hi or not char.isspace():
+            break
+        hi = start
+    return lo, hi
+
+
+PADDING = 16  # a produced line whose stripped bytes exceed this many times the expected line's (+1 KiB) is a
+# mismatch without being decoded (only digits padded with zeros or spaces 16-fold could have matched)
+
+
+def _byte_lines(data: bytes | bytearray, want: list[str]):
+    """Each line of the stripped ``data``, decoded (invalid UTF-8 as U+FFFD) and stripped, one at a time and only
+    when it could match its expected line (see :data:`PADDING`; None otherwise): the output is never copied whole."""
+    view = memoryview(data)
+    lo, hi = strip_range(data)
+    pos = lo
+    for w in want:
+        nl = data.find(b"\n", pos, hi)
+        end = hi if nl < 0 else nl
+        a, b = strip_range(view[pos:end])
+        if b - a > PADDING * len(w.encode("utf-8")) + 1024:
+            yield None
+        else:
+            yield str(view[pos + a:pos + b], "utf-8", "replace")
+        pos = end + 1
+
+
+def stripped_text(data: bytes | bytearray, width: int = 1 << 20) -> str:
+    """At most ``width`` characters from each end of the stripped output (what a failure message may quote or
+    fingerprint: :func:`mismatch` keeps 80 of a public test's, a fingerprint of a hidden one's)."""
+    lo, hi = strip_range(data)
+    if hi - lo <= 2 * width:
+        return bytes(data[lo:hi]).decode("utf-8", "replace")
+    return bytes(data[lo:lo + width]).decode("utf-8", "replace") + "…" + \
+        bytes(data[hi - width:hi]).decode("utf-8", "replace")
+
+
+def stdout_matches(actual: str | bytes | bytearray, expected: str) -> bool:
+    """The official stdin comparison (``grade_stdio``); ``actual`` as text or as the program's raw output bytes
+    (compared line by line, never decoded whole)."""
+    want = _lines(expected)
+    if isinstance(actual, str):
+        got = _lines(actual)
+        if len(got) != len(want):
+            return False
+    else:
+        lo, hi = strip_range(actual)
+        if actual.count(b"\n", lo, hi) + 1 != len(want):
+            return False
+        got = _byte_lines(actual, want)
     for g, w in zip(got, want):
+        if g is None:
+            return False
         if g == w:
             continue
         dg, dw = _decimals(g), _decimals(w)
@@ -160,6 +252,33 @@ def mismatch(got: Any, want: str, public: bool, text: bool) -> str:
     return f"got {fingerprint(got_text)}, expected {fingerprint(want)}"
 
 
+def withheld(error: str) -> str:
+    """A program's failure on a hidden test without its text (an exception message can quote the input, and a
+    program can name its own exception class after it): a builtin exception's name, else "an exception"."""
+    name = str(error).split(":", 1)[0].strip()
+    builtin = getattr(builtins, name, None)
+    known = isinstance(builtin, type) and issubclass(builtin, BaseException)
+    return f"{name if known else 'an exception'} (message withheld: hidden test)"
+
+
+MIN_REDACTED = 4  # shorter hidden texts ("1", "YES") say nothing and would blank out ordinary words
+
+
+def redact(error: str, problem: Problem) -> str:
+    """``error`` with every hidden test's input or output (stripped, at least :data:`MIN_REDACTED` characters)
+    replaced by a fingerprint: a last guard for text a program computed from its hidden inputs (read from its
+    job file, say) and printed on a public test."""
+    for test in problem.tests[problem.n_public:]:
+        for text in (test.input.strip(), test.output.strip()):
+            if len(text) >= MIN_REDACTED and text in error:
+                error = error.replace(text, f"<hidden {fingerprint(text)}>")
+            for line in text.splitlines():
+                line = line.strip()
+                if len(line) >= MIN_REDACTED and line in error:
+                    error = error.replace(line, "<hidden>")
+    return error
+
+
 def _fit_output(limits: Limits, problem: Problem) -> Limits:
     """Raise the output limit above twice the largest expected output, so that no correct program hits it."""
     largest = max(len(t.output.encode("utf-8")) for t in problem.tests)
@@ -173,7 +292,7 @@ def grade(problem: Problem, code: str | None, settings: GradeSettings) -> Verdic
     total = len(problem.tests)
     if code is None:
         return Verdict("no_code", 0, total)
-    iso = isolation.resolve(settings.sandbox, settings.python)
+    iso = modes.resolve(settings.sandbox, settings.python)
     limits = _fit_output(settings.limits, problem)
     for attempt in (1, 2):
         failure: list[tuple[str, str]] = []
@@ -187,14 +306,23 @@ def grade(problem: Problem, code: str | None, settings: GradeSettings) -> Verdic
 
         def check(i: int, msg: dict) -> bool:
             if not msg.get("ok"):
-                failure.append(("runtime_error", f"test {i}: {_short(msg.get('error', 'error'), 400)}"))
+                error = msg.get("error", "error")
+                if isinstance(error, str) and FILE_TOO_LARGE in error:
+                    failure.append(("output_limit", f"test {i}: output over task.max_output_mb (File too large)"))
+                    return False
+                shown = _short(error, 400) if i < problem.n_public else withheld(error)
+                failure.append(("runtime_error", f"test {i}: {shown}"))
                 return False
             want, public = problem.tests[i].output, i < problem.n_public
             if problem.kind == "stdin":
                 got = msg.get("stdout")
-                ok = isinstance(got, str) and not msg.get("truncated") and stdout_matches(got, want)
-                detail = "output over task.max_output_mb" if msg.get("truncated") else \
-                    mismatch(str(got).strip(), want.strip(), public, text=True)
+                if msg.get("truncated") or not isinstance(got, (bytes, bytearray)):
+                    failure.append(("output_limit" if msg.get("truncated") else "protocol_error",
+                                    f"test {i}: output over task.max_output_mb" if msg.get("truncated") else
+                                    f"test {i}: no output bytes"))
+                    return False
+                ok = stdout_matches(got, want)
+                detail = "" if ok else mismatch(stripped_text(got), want.strip(), public, text=True)
             else:
                 ok = "value" in msg and msg["value"] == json.loads(want)
                 detail = mismatch(msg.get("value"), want, public, text=False)
@@ -211,7 +339,8 @@ def grade(problem: Problem, code: str | None, settings: GradeSettings) -> Verdic
             if attempt == 2:
                 raise
             log.warning("LiveCodeBench: the sandbox failed to start; retrying once", exc_info=True)
-    return _verdict(result, failure, total, iso.mode)
+    verdict = _verdict(result, failure, total, iso.mode)
+    return dataclasses.replace(verdict, error=redact(verdict.error, problem)) if verdict.error else verdict
 
 
 def _verdict(result: RunResult, failure: list[tuple[str, str]], total: int, mode: str) -> Verdict:
@@ -224,7 +353,7 @@ def _verdict(result: RunResult, failure: list[tuple[str, str]], total: int, mode
     elif result.status == "timeout":
         where = f"test {index}" if index is not None else "loading the program"
         outcome, error = "timeout", f"{where}: over the time limit"
-    elif result.status == "compile_error":
+    elif result.status == "compile_error":  # compile() of the code: before the program ran, nothing of a test
         outcome, error = "compile_error", result.error
     elif result.status == "protocol_error":
         where = f"test {index}" if index is not None else "loading the program"
@@ -239,7 +368,7 @@ def _verdict(result: RunResult, failure: list[tuple[str, str]], total: int, mode
 def grade_many(pairs: list[tuple[Problem, str | None]], settings: GradeSettings) -> list[Verdict]:
     """Grade many programs in parallel (``settings.workers`` sandboxes at a time), results in input order."""
     if any(code is not None for _, code in pairs):
-        isolation.resolve(settings.sandbox, settings.python)  # probe and warn once, before the threads
+        modes.resolve(settings.sandbox, settings.python)  # probe and warn once, before the threads
     if settings.workers == 1 or len(pairs) <= 1:
         return [grade(p, c, settings) for p, c in pairs]
     with ThreadPoolExecutor(max_workers=settings.workers, thread_name_prefix="lcb-grade") as pool:

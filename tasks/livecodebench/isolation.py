@@ -1,21 +1,27 @@
-"""Which isolation the graded programs get, what it guarantees, and the command line that launches them.
+"""What each isolation mode is and guarantees, and the command line that launches it (a leaf: the choice of mode,
+which needs a probe run, is :mod:`tasks.livecodebench.modes`).
 
 Two modes (``task.sandbox``):
 
 * ``bwrap`` — bubblewrap (the sandbox Flatpak uses): an empty root holding, read-only, only the system library
-  folders, the interpreter and its packages (:func:`view_plan`: not the project, ``results/``, home, ``/run`` or
-  anyone's sockets), a fresh ``/proc`` and ``/dev``, a size-capped private ``/tmp``, no network (own network
-  namespace), own PID namespace (nothing outside is visible or killable, and everything inside dies with it), the
-  task's data files covered. When the harness runs as root, bwrap runs without a user namespace and the program
-  runs under a fresh unprivileged uid (a root process ignores RLIMIT_NPROC).
-* ``process`` — the fallback when bwrap is missing or not permitted: a fresh interpreter as PID 1 of its own PID
-  namespace (the kill reaches every process it started) with its own mount namespace (``/proc`` of its own; its
-  folder, ``/tmp``, ``/var/tmp`` and ``/dev/shm`` on one size-capped tmpfs that vanishes with it), ``no_new_privs``,
-  rlimits, a scrubbed environment, and the wall-clock kill (see :func:`process_argv`; without util-linux's
-  ``unshare`` or namespaces, the probe fails and process mode refuses to run). When the
-  harness runs as root and the interpreter is readable by other users, the program also runs under a fresh uid, so
-  it cannot write the harness's files, signal its processes or read their environment, and whatever it leaves
-  running is killed by uid. It has the network and sees the file system.
+  folders, the interpreter and its packages (:func:`view_plan`: not the project, ``results/``, home or anyone's
+  sockets), a fresh ``/proc`` and ``/dev``, a size-capped private ``/tmp`` and ``/dev/shm``, an empty ``/run``, no
+  network (own network namespace), own PID and IPC namespaces (nothing outside is visible or killable, and
+  everything inside dies with it, or with the harness: ``--die-with-parent``), the task's data files covered. When
+  the harness runs as root, bwrap runs without a user namespace and the program runs under a fresh unprivileged uid
+  with an empty capability bounding set (a root process ignores RLIMIT_NPROC).
+* ``process`` — the fallback when bwrap is missing or not permitted: a fresh interpreter in its own PID, mount and
+  IPC namespaces (``/proc`` of its own; its folder, ``/tmp``, ``/var/tmp`` and ``/dev/shm`` on one size-capped
+  tmpfs that vanishes with it; an empty ``/run``), ``no_new_privs``, no capability in any set, rlimits, a scrubbed
+  environment, the seccomp filter of :mod:`tasks.livecodebench.seccomp`, and a parent-death signal so that a killed
+  harness takes it along (see :data:`_LAUNCHER` and :func:`process_argv`). As root, the program always runs under a
+  fresh uid: a folder closed to other users on the way to the interpreter (a 0700 home) is covered, in the
+  program's mount namespace only, by an open tmpfs holding just the interpreter's folders; where that cannot work,
+  process mode refuses rather than run a program as root. It has the network and sees the rest of the file system.
+
+Both modes: each phase of a program is timed on its sandbox's own CPU clock (``sandbox.py``), and ``memfd_create``
+and ``shmget`` fail (:mod:`tasks.livecodebench.seccomp`: memory outside RLIMIT_AS); on machines other than x86-64
+and aarch64 no filter is built (``memory_counts_memfd_and_shm`` is then missing from the guarantees).
 
 ``auto`` picks ``bwrap`` when a probe run succeeds and otherwise ``process``, with one loud warning.
 """
@@ -33,6 +39,8 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from tasks.livecodebench import seccomp
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +66,10 @@ class Isolation:
         root = os.geteuid() == 0
         return {
             "fresh_interpreter_and_group_kill": True,
+            "no_capabilities": True,  # checked by the probe run (modes.py): a mode that keeps any is refused
+            "own_ipc_namespace": True,
+            "dies_with_harness": True,  # parent-death signal on bwrap / unshare
+            "memory_counts_memfd_and_shm": bool(seccomp.filter_bytes()),
             "scrubbed_environment": True,
             "rlimits_cpu_memory_files": True,
             "bounded_process_count": bwrap or self.fresh_uid or not root,
@@ -200,20 +212,28 @@ def bwrap_version() -> tuple[int, ...]:
         return ()
 
 
-def bwrap_argv(iso: Isolation, job_dir: str, tmp_bytes: int, hidden: tuple[str, ...]) -> list[str]:
+def bwrap_argv(iso: Isolation, job_dir: str, tmp_bytes: int, hidden: tuple[str, ...],
+               seccomp_fd: int | None = None) -> list[str]:
     """The bubblewrap command that runs the driver of ``job_dir`` (see the module docstring and :func:`view_plan`
-    for the view); ``job_dir/blank`` must be an empty, world-readable file (it covers the ``hidden`` files)."""
+    for the view); ``job_dir/blank`` must be an empty, world-readable file (it covers the ``hidden`` files).
+    ``seccomp_fd``: an open file holding :func:`seccomp.filter_bytes` (bwrap ``--seccomp``)."""
     home = os.path.realpath(os.path.expanduser("~"))
-    tmp_opts = ["--perms", "1777"] + (["--size", str(tmp_bytes)] if bwrap_version() >= (0, 8) else [])
+    sized = bwrap_version() >= (0, 8)
+    tmp_opts = ["--perms", "1777"] + (["--size", str(tmp_bytes)] if sized else [])
     hidden = tuple(os.path.realpath(h) for h in hidden if os.path.isfile(h))
     argv = [shutil.which("bwrap") or "bwrap"]
     argv += view_plan(interpreter_paths(iso.python), hidden, os.path.join(job_dir, "blank"), tmp_opts,
                       (PROJECT_ROOT, home))
     argv += ["--dev", "/dev", "--proc", "/proc", "--remount-ro", "/dev", "--ro-bind", job_dir, JOB_DIR,
-             "--perms", "1777", "--dir", WORK_DIR, "--remount-ro", "/", "--chdir", WORK_DIR]
+             "--perms", "1777", "--dir", WORK_DIR,
+             # a fresh, size-capped /dev/shm (shm_open) and an empty /run, private to this program
+             *tmp_opts, "--tmpfs", "/dev/shm", "--perms", "0755", *(["--size", str(1 << 16)] if sized else []),
+             "--tmpfs", "/run", "--remount-ro", "/", "--chdir", WORK_DIR]
+    if seccomp_fd is not None:
+        argv += ["--seccomp", str(seccomp_fd)]
     if os.geteuid() == 0:  # no user namespace: then the driver can drop to a real unprivileged uid
         argv += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
-                 "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+                 "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
     else:
         argv += ["--unshare-all"]
     argv += ["--die-with-parent", "--new-session", "--", iso.python, *PYTHON_FLAGS,
@@ -222,21 +242,29 @@ def bwrap_argv(iso: Isolation, job_dir: str, tmp_bytes: int, hidden: tuple[str, 
 
 
 PROCESS_VIEW = "/dev/shm"  # process mode: where the job, the work folder and the private /tmp appear
-# Run by the interpreter (``-S -I -c``) as PID 1 of fresh PID + mount namespaces: one size-capped tmpfs on /dev/shm
-# holds the job (bound read-only), the program's folder and its /tmp (bound on /tmp and /var/tmp), so nothing it
-# writes outlives the namespace and the total it can write is capped; then no_new_privs, and exec of the driver.
-# mount(2) and prctl(2) through ctypes, then the driver runs in this same interpreter (``-S`` like PYTHON_FLAGS,
-# ``-I`` so that nothing of the environment reaches it): one interpreter start in all, as without namespaces.
-_LAUNCHER = """import ctypes, os, sys
+# Run by the interpreter (``-S -I -c``) as PID 1 of fresh PID + mount + IPC namespaces, as root of the harness (or
+# of a user namespace mapping the harness's user): one size-capped tmpfs on /dev/shm holds the job (bound
+# read-only), the program's folder and its /tmp (bound on /tmp and /var/tmp), so nothing it writes outlives the
+# namespace and the total it can write is capped; an empty /run (no host sockets, no /run/lock shared with other
+# programs); each closed folder (a 0700 home) on the interpreter's way covered by an open tmpfs holding only the
+# interpreter's folders, so that a fresh uid can start it. Then no_new_privs, the seccomp filter, an empty bounding
+# and ambient capability set, and, when no fresh uid follows (the driver's setuid clears the rest), no capability
+# at all. mount(2), prctl(2) and capset(2) through ctypes; the driver then runs in this same interpreter (``-S``
+# like PYTHON_FLAGS, ``-I`` so that nothing of the environment reaches it): one interpreter start in all.
+_LAUNCHER = """import ctypes, json, os, sys
 libc = ctypes.CDLL(None, use_errno=True)
-def mount(src, dst, fstype, flags, data):
-    if libc.mount(src.encode(), dst.encode(), fstype.encode(), flags, data.encode() if data else None) != 0:
+def check(ret, what):
+    if ret != 0:
         err = ctypes.get_errno()
-        raise OSError(err, f"mount {dst}: {os.strerror(err)}")
-size, job, uid = sys.argv[1], sys.argv[2], sys.argv[3]
-MS_RDONLY, MS_REMOUNT, MS_BIND = 1, 32, 4096
-mount("lcb", "/dev/shm", "tmpfs", 0, "size=" + size + ",mode=0755")
-for d in ("job", "work", "tmp"):
+        raise OSError(err, what + ": " + os.strerror(err))
+def mount(src, dst, fstype, flags, data):
+    check(libc.mount(src.encode(), dst.encode(), fstype.encode(), flags, data.encode() if data else None),
+          "mount " + dst)
+size, job, uid, expose, bpf = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4]), sys.argv[5]
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC = 1, 2, 4, 32, 4096, 16384
+os.umask(0o022)
+mount("lcb", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "size=" + size + ",mode=0755")
+for d in ("job", "work", "tmp", "keep"):
     os.mkdir("/dev/shm/" + d)
 mount(job, "/dev/shm/job", "", MS_BIND, "")
 mount("", "/dev/shm/job", "", MS_REMOUNT | MS_BIND | MS_RDONLY, "")
@@ -247,80 +275,119 @@ if uid:
 for d in ("/tmp", "/var/tmp"):
     if os.path.isdir(d):
         mount("/dev/shm/tmp", d, "", MS_BIND, "")
-if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
-    raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+if os.path.isdir("/run"):
+    mount("lcb-run", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0755")
+for i, (closed, inside) in enumerate(expose):
+    keep = ["/dev/shm/keep/%d.%d" % (i, j) for j in range(len(inside))]
+    for src, k in zip(inside, keep):
+        os.mkdir(k)
+        mount(src, k, "", MS_BIND | MS_REC, "")
+    mount("lcb-open", closed, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0755")
+    for dst, k in zip(inside, keep):
+        os.makedirs(dst, 0o755, exist_ok=True)
+        mount(k, dst, "", MS_BIND | MS_REC, "")
+        check(libc.umount2(k.encode(), 2), "umount " + k)
+        os.rmdir(k)
+os.rmdir("/dev/shm/keep")
+check(libc.prctl(38, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
+last = int(open("/proc/sys/kernel/cap_last_cap").read())
+for cap in range(last + 1):
+    check(libc.prctl(24, cap, 0, 0, 0), "prctl(PR_CAPBSET_DROP)")
+check(libc.prctl(47, 4, 0, 0, 0), "prctl(PR_CAP_AMBIENT_CLEAR_ALL)")
+if not uid:
+    check(libc.capset((ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)()), "capset")
+if bpf:
+    code = bytes.fromhex(bpf)
+    buf = ctypes.create_string_buffer(code, len(code))
+    class Prog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+    prog = Prog(len(code) // 8, ctypes.addressof(buf))
+    check(libc.prctl(22, 2, ctypes.byref(prog), 0, 0), "prctl(PR_SET_SECCOMP)")
+child = os.fork()
+if child:  # PID 1 stays out of the program's reach (no capability, another uid), so that the parent-death signal
+    if uid:  # unshare set survives (a setuid clears it): the namespace, program included, dies with the harness
+        check(libc.capset((ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)()), "capset")
+    while True:  # reap orphans; leave as the driver did (then the kernel kills the rest of the namespace)
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:
+            os._exit(1)
+        if pid == child:
+            code = os.waitstatus_to_exitcode(status)
+            os._exit(128 - code if code < 0 else code)
 os.chdir("/dev/shm/work")
-del libc, mount
+del libc, mount, check
 sys.dont_write_bytecode = True  # -B
-sys.argv = sys.argv[4:]
+sys.argv = sys.argv[6:]
 import runpy
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
+def exposures(python: str) -> list[tuple[str, list[str]]]:
+    """Process mode as root: each closed folder on the way to the interpreter's folders (a 0700 home), with the
+    outermost interpreter folders inside it. The launcher covers the folder by an open tmpfs and binds only those
+    back, so a fresh uid can start the interpreter and sees nothing else of the folder."""
+    out: dict[str, list[str]] = {}
+    for path in interpreter_paths(python):
+        closed = closed_ancestor(path)
+        if closed is not None and closed != path:
+            out.setdefault(closed, []).append(path)
+    result = []
+    for closed, inside in sorted(out.items()):
+        outer = sorted(p for p in set(inside) if not any(q != p and _under(p, q) for q in inside))
+        result.append((closed, outer))
+    return result
+
+
+def exposable(python: str) -> bool:
+    """Whether, once :func:`exposures` are applied, a fresh uid can traverse to every folder of the interpreter (no
+    closed folder at or below the ones bound back)."""
+    opened: set[str] = set()  # the folders the launcher makes open: each closed folder and those down to a binding
+    for closed, outer in exposures(python):
+        for path in outer:
+            while path != closed:
+                path = os.path.dirname(path)
+                opened.add(path)
+    for path in interpreter_paths(python):
+        current = "/"
+        for part in Path(path).parts[1:]:
+            current = os.path.join(current, part)
+            if current in opened:
+                continue
+            try:
+                mode = os.stat(current).st_mode
+            except OSError:
+                break
+            if stat.S_ISDIR(mode) and not mode & stat.S_IXOTH:
+                return False
+    return True
+
+
+def pdeathsig_prefix() -> list[str]:
+    """A command prefix that makes the started process get SIGKILL when the harness thread that started it dies
+    (``setpriv --pdeathsig``, util-linux): a ``kill -9`` of the harness ends the sandbox even while a program holds
+    the GIL of the driver's watcher. Without setpriv, a one-line interpreter sets the signal and execs."""
+    setpriv = shutil.which("setpriv")
+    if setpriv:
+        return [setpriv, "--pdeathsig", "KILL", "--"]
+    code = ("import ctypes, os, sys\nif ctypes.CDLL(None).prctl(1, 9, 0, 0, 0) != 0:\n    sys.exit('prctl')\n"
+            "os.execv(sys.argv[1], sys.argv[1:])")
+    return [sys.executable, "-S", "-I", "-c", code]
+
+
 def process_argv(iso: Isolation, job_dir: str, tmp_bytes: int, uid: int | None) -> list[str]:
-    """The command of process mode: ``unshare`` gives the driver a PID namespace (it is PID 1: when it dies, every
-    process the program started dies with it, setuid or not, in any session) and a mount namespace with its own
-    ``/proc`` and one ``tmp_bytes``-capped tmpfs for all it may write; ``PR_SET_NO_NEW_PRIVS`` stops setuid
-    binaries from gaining privileges. Not root: a user namespace maps the harness user to root inside."""
+    """The command of process mode: ``unshare`` gives the driver PID, mount and IPC namespaces (it is PID 1: when
+    it dies, every process the program started dies with it, setuid or not, in any session), its own ``/proc`` and
+    one ``tmp_bytes``-capped tmpfs for all it may write; the launcher drops every capability (see ``_LAUNCHER``).
+    Not root: a user namespace maps the harness user to root inside."""
     unshare = shutil.which("unshare")
     if not unshare:
         raise ValueError("task.sandbox=process needs util-linux's unshare (PID and mount namespaces); install "
                          "util-linux or bubblewrap")
     user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
-    return [unshare, *user, "--fork", "--pid", "--mount-proc", "--kill-child", "--mount", "--propagation", "private",
-            iso.python, "-S", "-I", "-c", _LAUNCHER, str(tmp_bytes), job_dir, "" if uid is None else str(uid),
+    expose = exposures(iso.python) if uid is not None else []
+    return [*pdeathsig_prefix(), unshare, *user, "--fork", "--pid", "--mount-proc", "--kill-child", "--mount",
+            "--ipc", "--propagation", "private", iso.python, "-S", "-I", "-c", _LAUNCHER, str(tmp_bytes), job_dir,
+            "" if uid is None else str(uid), json.dumps(expose), seccomp.filter_bytes().hex(),
             f"{PROCESS_VIEW}/job/driver.py", f"{PROCESS_VIEW}/job/job.json"]
-
-
-_warned: set[str] = set()
-
-
-def warn_once(iso: Isolation) -> None:
-    """One loud warning per process and reason when programs run with reduced isolation."""
-    key = f"{iso.mode}:{iso.fresh_uid}:{iso.reason}"
-    if iso.mode == "bwrap" or key in _warned:
-        return
-    _warned.add(key)
-    missing = [name for name, ok in iso.guarantees.items() if not ok]
-    log.warning(
-        "\n%s\nLIVECODEBENCH: model-written code runs WITHOUT bubblewrap isolation (%s).\n"
-        "Missing guarantees: %s.\nInstall bubblewrap (Debian/Ubuntu: apt-get install bubblewrap) and make sure "
-        "unprivileged user namespaces are allowed, or grade on a disposable machine.\n%s",
-        "!" * 100, iso.reason, ", ".join(missing) or "none", "!" * 100)
-
-
-def resolve(requested: str, python: str | None = None) -> Isolation:
-    """The isolation for ``task.sandbox`` (``auto``/``bwrap``/``process``); probes bwrap once per process."""
-    if requested not in MODES:
-        raise ValueError(f"task.sandbox: expected one of {', '.join(MODES)}, got {requested!r}")
-    return _resolve(requested, os.path.abspath(python or sys.executable))  # no "..": its folders may not exist inside
-
-
-@functools.lru_cache(maxsize=8)
-def _resolve(requested: str, python: str) -> Isolation:
-    from tasks.livecodebench.sandbox import probe  # local: sandbox imports this module
-
-    root = os.geteuid() == 0
-    if requested in ("auto", "bwrap"):
-        if shutil.which("bwrap") is None:
-            reason = "bwrap is not installed"
-        else:
-            iso = Isolation("bwrap", python, fresh_uid=root, reason="bubblewrap")
-            reason = probe(iso)
-            if not reason:
-                return iso
-        if requested == "bwrap":
-            raise ValueError(f"task.sandbox: bwrap was requested but cannot run here: {reason}")
-    else:
-        reason = "task.sandbox=process"
-    fresh = root and readable_by_others(python)
-    if root and not fresh:
-        reason += "; running as root and the interpreter is not readable by other users, so programs run as root"
-    iso = Isolation("process", python, fresh_uid=fresh, reason=reason)
-    probe_error = probe(iso)
-    if probe_error:
-        raise ValueError(f"task.sandbox: process mode cannot run {python} here (it needs PID and mount "
-                         f"namespaces: util-linux unshare, root or user namespaces): {probe_error}")
-    warn_once(iso)
-    return iso

@@ -185,11 +185,40 @@ def _choice(record: dict, name: str, allowed: tuple[str, ...], where: str) -> st
     return value
 
 
+TEXT_FIELDS = {"question_title": False, "question_content": False, "contest_id": False, "platform": False,
+               "difficulty": False, "starter_code": True}  # field: whether null is allowed (no starter code)
+
+
+def _check_texts(record: dict, where: str, qid: str) -> None:
+    """The text fields are strings (``contest_id`` may be an integer): a null ``question_content`` would become
+    a prompt reading "None"."""
+    for name, nullable in TEXT_FIELDS.items():
+        value = record[name]
+        if value is None and nullable or isinstance(value, str) or \
+                (name == "contest_id" and isinstance(value, int) and not isinstance(value, bool)):
+            continue
+        raise ValueError(f"{where}: field '{name}' of item {qid[:80]} must be a string, got {_brief(value)}")
+    if not record["question_content"].strip():
+        raise ValueError(f"{where}: field 'question_content' of item {qid[:80]} is empty")
+
+
+def _brief(value: object) -> str:
+    return "null" if value is None else type(value).__name__
+
+
 def parse_problem(record: dict, where: str, source_file: str = "") -> Problem:
-    """Validate one row and build its :class:`Problem`; ``where`` names the file and line in errors."""
+    """Validate one row and build its :class:`Problem`; ``where`` names the file and line in errors (and a bad
+    text field names the item id too)."""
     for name in FIELDS:
         if name not in record:
             raise ValueError(f"{where}: missing field '{name}'")
+    raw_id = record["question_id"]
+    if isinstance(raw_id, bool) or not isinstance(raw_id, (str, int)):
+        raise ValueError(f"{where}: field 'question_id' must be a string or an integer, got {raw_id!r}"[:300])
+    qid = str(raw_id).strip()
+    if not qid:
+        raise ValueError(f"{where}: field 'question_id' is empty")
+    _check_texts(record, where, qid)
     date = record["contest_date"]
     try:
         contest_date = date if isinstance(date, datetime) else datetime.fromisoformat(str(date))
@@ -214,12 +243,6 @@ def parse_problem(record: dict, where: str, source_file: str = "") -> Problem:
         raise ValueError(f"{where}: field 'metadata.func_name' must be a string")
     if func_name:
         _check_functional(tests, where)
-    raw_id = record["question_id"]
-    if isinstance(raw_id, bool) or not isinstance(raw_id, (str, int)):
-        raise ValueError(f"{where}: field 'question_id' must be a string or an integer, got {raw_id!r}"[:300])
-    qid = str(raw_id).strip()
-    if not qid:
-        raise ValueError(f"{where}: field 'question_id' is empty")
     return Problem(
         question_id=qid,
         question_title=str(record["question_title"]),

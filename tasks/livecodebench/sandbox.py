@@ -2,10 +2,11 @@
 kill everything it started and remove its temporary directory.
 
 The parent keeps the expected outputs; the driver only reports what the program produced (see ``driver.py``). Every
-phase has a wall-clock deadline measured here, outside the sandbox: startup (interpreter start), compile (the
-program's module code), and each test (``timeout_s`` from the driver's ``start`` message to its ``result``). Past a
-deadline the whole sandbox is killed.
-"""
+phase has a deadline measured here, outside the sandbox: startup (interpreter start: wall clock), compile (the
+program's module code) and each test (from the driver's ``start`` message to its ``result``): ``timeout_s`` of the
+sandbox's own CPU time, summed over every process in it, so that samples graded together cannot push each other
+into a timeout, with :data:`WALL_FACTOR` times as much wall time for a program that sleeps or waits. Past a deadline
+the whole sandbox is killed."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tasks.base import too_deep
+from tasks.livecodebench import seccomp
 from tasks.livecodebench.isolation import (
     PROCESS_VIEW,
     WORK_DIR,
@@ -121,14 +123,24 @@ def execute(iso: Isolation, kind: str, code: str, func_name: str | None, inputs:
             json.dump(job, fh)
         biggest = max((len(x) for x in inputs), default=0)
         tmp_bytes = 2 * max_out + 4 * biggest + 64 * MiB  # everything the program may write, in total
+        pass_fds: tuple[int, ...] = ()
         if iso.mode == "bwrap":
-            argv, cwd, env = bwrap_argv(iso, job_dir, tmp_bytes, hidden), root, sandbox_env(WORK_DIR, "/tmp")
+            bpf = seccomp.filter_bytes()
+            if bpf:
+                Path(root, "seccomp.bpf").write_bytes(bpf)
+                pass_fds = (os.open(os.path.join(root, "seccomp.bpf"), os.O_RDONLY),)
+            argv = bwrap_argv(iso, job_dir, tmp_bytes, hidden, pass_fds[0] if pass_fds else None)
+            cwd, env = root, sandbox_env(WORK_DIR, "/tmp")
         else:
             argv = process_argv(iso, job_dir, tmp_bytes, uid)
             cwd, env = root, sandbox_env(f"{PROCESS_VIEW}/work", "/tmp")
-        with open(os.path.join(root, "stderr.log"), "wb") as err:
-            proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=err, start_new_session=True, close_fds=True)
+        try:
+            with open(os.path.join(root, "stderr.log"), "wb") as err:
+                proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=err, start_new_session=True, close_fds=True, pass_fds=pass_fds)
+        finally:
+            for fd in pass_fds:
+                os.close(fd)
         start = time.monotonic()
         try:
             result = _monitor(proc, len(inputs), limits, on_result, start)
@@ -142,13 +154,34 @@ def execute(iso: Isolation, kind: str, code: str, func_name: str | None, inputs:
         _remove(root)
 
 
+PROBE_CODE = """import os, tempfile
+status = dict(line.split(':', 1) for line in open('/proc/self/status') if ':' in line)
+caps = {k: int(status[k], 16) for k in ('CapEff', 'CapPrm', 'CapBnd', 'CapAmb')}
+with tempfile.TemporaryFile() as fh:
+    fh.write(b'probe')
+held = [k for k, v in caps.items() if v] + ([] if status['NoNewPrivs'].strip() == '1' else ['no_new_privs off'])
+print('ok' if not held else 'privileged: ' + ' '.join(held))
+"""
+
+
 def probe(iso: Isolation) -> str:
-    """Run an empty job; return "" when the sandbox works, else the reason it does not."""
+    """Run a program that checks its own privileges (no capability in any set, ``no_new_privs``) and writes a
+    temporary file; return "" when the sandbox works so, else the reason it does not (one line)."""
+    seen: list[str] = []
+
+    def on_result(i: int, msg: dict) -> bool:
+        out = msg.get("stdout")
+        text = bytes(out).decode("utf-8", "replace") if isinstance(out, (bytes, bytearray)) else msg.get("error")
+        seen.append(str(text).strip()[:200])
+        return True
+
     try:
-        result = execute(iso, "probe", "", None, [], Limits(), lambda i, m: True)
+        result = execute(iso, "stdin", PROBE_CODE, None, ["\n"], Limits(), on_result, protocol="strict")
     except (SandboxError, OSError, subprocess.SubprocessError) as exc:
-        return str(exc)
-    return "" if result.status == "done" else f"probe ended with {result.status}: {result.error}"
+        return " ".join(str(exc).split())
+    if result.status != "done":
+        return " ".join(f"probe ended with {result.status}: {result.error}".split())
+    return "" if seen == ["ok"] else f"probe program: {' '.join(seen)}"
 
 
 MAX_DEPTH = 256  # nesting a result message may have: the driver's ``to_wire`` stops at 200 (+ its markers)
@@ -173,16 +206,81 @@ def parse_message(line: bytes) -> dict | None:
     return msg
 
 
+WALL_FACTOR = 3.0  # a phase may take this many times its CPU budget in wall time (+1 s): a program that sleeps
+CPU_POLL_S = 0.05  # how often the sandbox's CPU clock is read
+
+
+def _tree(root: int) -> list[int]:
+    """``root`` and every process below it (children of each of their threads), from ``/proc``."""
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        if pid in found:
+            continue
+        found.append(pid)
+        try:
+            for task in os.listdir(f"/proc/{pid}/task"):
+                todo += [int(c) for c in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def _tree_cpu(root: int) -> float:
+    """CPU seconds used so far by ``root`` and every process below it (user + system, with the children each has
+    reaped): the sandbox's own clock. Everything a program starts stays below its sandbox's root (a PID namespace
+    whose init reaps), so ``setsid`` and double forks are counted; another sample's processes never are."""
+    total = 0
+    for pid in _tree(root):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_bytes().rpartition(b")")[2].split()
+            total += sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+        except (OSError, ValueError, IndexError):
+            continue
+    return total / _CLK_TCK
+
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+class _Clock:
+    """The budget of the current phase: ``budget`` CPU seconds on the sandbox's own clock (:func:`_tree_cpu`; other
+    samples' load cannot use it up), and :data:`WALL_FACTOR` times as much wall time for a program that waits."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.used = pid, 0.0
+
+    def start(self, now: float, budget: float, cpu: bool = True) -> None:
+        self.budget, self.cpu = budget, cpu
+        self.wall_deadline = now + (budget * WALL_FACTOR + 1.0 if cpu else budget)
+        self.cpu_start = self.read() if cpu else 0.0
+
+    def read(self) -> float:
+        self.used = max(self.used, _tree_cpu(self.pid))  # a process reaped between reads moves, never vanishes
+        return self.used
+
+    def expired(self, now: float) -> bool:
+        return now >= self.wall_deadline or (self.cpu and self.read() - self.cpu_start > self.budget)
+
+    def wait(self, now: float) -> float:
+        return max(0.0, min(self.wall_deadline - now, CPU_POLL_S if self.cpu else 1.0))
+
+
 def _monitor(proc: subprocess.Popen, n_tests: int, limits: Limits, on_result: OnResult,
              start: float) -> RunResult:
     """Stream the driver's result lines. Linear in the bytes read (each byte is scanned for a newline once), and
-    bounded: a line longer than :func:`line_limit` ends the run as ``protocol_error``."""
+    bounded: a line longer than :func:`line_limit` ends the run as ``protocol_error``. Each phase after startup has
+    ``timeout_s`` of the sandbox's own CPU time (see :class:`_Clock`)."""
     fd = proc.stdout.fileno()
     os.set_blocking(fd, False)
-    max_line = line_limit(limits.max_output_mb * MiB)
-    phase, deadline, current, next_i = "startup", start + limits.startup_s, None, 0
+    max_output = limits.max_output_mb * MiB
+    max_line = line_limit(max_output)
+    phase, current, next_i = "startup", None, 0
+    clock = _Clock(proc.pid)
+    clock.start(start, limits.startup_s, cpu=False)
     buf = bytearray()
     scanned = 0  # buf[:scanned] holds no newline
+    raw: tuple[dict, bytearray, int] | None = None  # a stdin result whose output bytes are being read: (msg, out, got)
 
     def end(status: str, error: str | None = None, index: int | None = None) -> RunResult:
         return RunResult(status, phase, index if index is not None else current, error, time.monotonic() - start)
@@ -191,37 +289,68 @@ def _monitor(proc: subprocess.Popen, n_tests: int, limits: Limits, on_result: On
         sel.register(fd, selectors.EVENT_READ)
         while True:
             now = time.monotonic()
-            if now >= deadline:
+            if clock.expired(now):
                 return end("timeout", f"no progress within the {phase} deadline")
-            if not sel.select(min(deadline - now, 1.0)):
+            if not sel.select(clock.wait(now)):
                 continue
             try:
-                chunk = os.read(fd, MiB)
+                if raw is not None:  # straight into the output's own buffer: held once, never copied
+                    n = os.readv(fd, [memoryview(raw[1])[raw[2]:]])
+                    chunk = b"" if n == 0 else None
+                    raw = (raw[0], raw[1], raw[2] + n)
+                else:
+                    chunk = os.read(fd, MiB)
             except BlockingIOError:
                 continue
-            if not chunk:
+            if chunk is not None and not chunk:
                 return end("crashed", _exit_reason(proc))
-            buf += chunk
-            while (nl := buf.find(b"\n", scanned)) >= 0:
-                line = bytes(buf[:nl])
-                del buf[: nl + 1]
-                scanned = 0
-                msg = parse_message(line)
-                del line
-                if msg is None:
-                    return end("protocol_error", "unreadable message on the result channel")
+            if chunk:
+                buf += chunk
+            while True:
+                if raw is not None:
+                    msg, out, got = raw
+                    take = min(len(buf), len(out) - got)
+                    if take:
+                        out[got:got + take] = buf[:take]
+                        del buf[:take]
+                        got += take
+                        raw = (msg, out, got)
+                    if got < len(out):
+                        break
+                    msg["stdout"], raw, scanned = out, None, 0
+                else:
+                    nl = buf.find(b"\n", scanned)
+                    if nl < 0:
+                        break
+                    line = bytes(buf[:nl])
+                    del buf[: nl + 1]
+                    scanned = 0
+                    msg = parse_message(line)
+                    del line
+                    if msg is None:
+                        return end("protocol_error", "unreadable message on the result channel")
+                    if msg["ev"] == "result" and "stdout_bytes" in msg:
+                        size = msg["stdout_bytes"]
+                        if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= max_output:
+                            return end("protocol_error", "bad output size on the result channel")
+                        raw = (msg, bytearray(size), 0)
+                        continue
                 ev = msg["ev"]
                 now = time.monotonic()
                 if ev == "ready" and phase == "startup":
-                    phase, deadline = "compile", now + limits.timeout_s
+                    phase = "compile"
+                    clock.start(now, limits.timeout_s)
                 elif ev in ("compile_error", "load_error") and phase == "compile":
                     return end(ev, str(msg.get("error", ""))[:400])
                 elif ev == "compiled" and phase == "compile":
-                    phase, deadline = "test", now + limits.timeout_s
+                    phase = "test"
+                    clock.start(now, limits.timeout_s)
                 elif ev == "start" and phase == "test" and current is None and msg.get("i") == next_i:
-                    current, deadline = next_i, now + limits.timeout_s
+                    current = next_i
+                    clock.start(now, limits.timeout_s)
                 elif ev == "result" and phase == "test" and current is not None and msg.get("i") == current:
-                    current, next_i, deadline = None, next_i + 1, now + limits.timeout_s
+                    current, next_i = None, next_i + 1
+                    clock.start(now, limits.timeout_s)
                     if not on_result(next_i - 1, msg):
                         return end("stopped", index=next_i - 1)
                     if next_i == n_tests:
@@ -229,7 +358,7 @@ def _monitor(proc: subprocess.Popen, n_tests: int, limits: Limits, on_result: On
                 elif ev == "done" and (phase == "test" or n_tests == 0) and next_i == n_tests:
                     return end("done")
                 else:
-                    return end("protocol_error", f"unexpected message {ev[:40]!r} in phase {phase}")
+                    return end("protocol_error", f"unexpected message in phase {phase}")  # ev: the program's text
             scanned = len(buf)
             if len(buf) > max_line:
                 return end("protocol_error", "result message too long")
@@ -245,6 +374,11 @@ def _exit_reason(proc: subprocess.Popen) -> str:
             return f"killed by {signal.Signals(-code).name}"
         except ValueError:
             return f"killed by signal {-code}"
+    if code > 128:  # process mode: its PID 1 passes on a signal that killed the driver as 128 + the signal
+        try:
+            return f"killed by {signal.Signals(code - 128).name}"
+        except ValueError:
+            pass
     return f"exited with status {code} before reporting"
 
 
@@ -257,7 +391,9 @@ def _children(pid: int) -> list[int]:
 
 def _terminate(proc: subprocess.Popen, iso: Isolation, uid: int | None) -> None:
     """Kill whatever the run left. bwrap: killing its PID-namespace init takes every process inside with it, and
-    bwrap exits only once they are gone. process: the process group, then every process of the fresh uid."""
+    bwrap exits only once they are gone. process: the process group (its PID 1 with it: the kernel then kills the
+    rest of the namespace), then every process of the fresh uid. Returns once every process of the tree is gone."""
+    tree = _tree(proc.pid) if proc.poll() is None else []
     if iso.mode == "bwrap" and proc.poll() is None:
         for child in _children(proc.pid):
             _kill(child, lambda p: os.kill(p, signal.SIGKILL))
@@ -274,6 +410,10 @@ def _terminate(proc: subprocess.Popen, iso: Isolation, uid: int | None) -> None:
             pass
     if iso.mode == "process" and uid is not None:
         reap_uid(uid)
+    deadline = time.monotonic() + 10
+    for pid in tree[1:]:  # a process with much memory takes a moment to die
+        while not _zombie(str(pid)) and time.monotonic() < deadline:
+            time.sleep(0.005)
 
 
 def _kill(pid: int, how: Callable[[int], None]) -> None:
