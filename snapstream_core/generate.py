@@ -237,7 +237,9 @@ def generate(
         first_token_at = clock.times[0] if clock.times else time.perf_counter()
     else:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache).logits
+        logits = model(
+            input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, logits_to_keep=1
+        ).logits  # (B, 1, V): the whole prompt's logits would be T * V * 4 bytes per row
         last = logits[:, -1, :].float().repeat_interleave(n, dim=0)  # (B*n, V)
         if sampling.do_sample:
             probs = torch.softmax(sampling.warpers()(ids.repeat_interleave(n, dim=0), last), dim=-1)
@@ -294,7 +296,9 @@ def _compiled_decode(model, ids, mask, cache, sampling, eos_token_ids, stop_stri
     the first token and the first decode step's wall time."""
     n = sampling.n
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache).logits
+    logits = model(
+        input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, logits_to_keep=1
+    ).logits  # (B, 1, V): the whole prompt's logits would be T * V * 4 bytes per row
     last = logits[:, -1, :].float().repeat_interleave(n, dim=0)  # (B*n, V)
     first = _first_tokens(last, ids.repeat_interleave(n, dim=0), sampling)
     first_token_at = time.perf_counter()
