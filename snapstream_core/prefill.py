@@ -150,6 +150,41 @@ def query_rows(method: CompressionMethod, prompt_len: int) -> int:
     return 0 if isinstance(method, StreamingLLM) else prompt_len
 
 
+def prefill_peak_bytes(
+    config, prompt_len: int, slots: int, *, chunk_size: int | None = None, window: int = 0, dtype_bytes: int = 4
+) -> int:
+    """Tensor bytes :func:`prefill_prompt` holds at its peak above the weights (sdpa attention, batch 1).
+
+    Args:
+        config: the model's text config (``hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
+            num_key_value_heads, head_dim``, ``vocab_size``).
+        prompt_len: T. slots: KV entries per KV head a compressed layer holds after its selection (``T`` for
+            ``none``, ``prompt_budget + recent`` for SnapStream, ...). window: query rows the selection scores with
+            (0 without SnapKV scoring). dtype_bytes: bytes per element of the activations and the cache.
+
+    The terms (``docs/memory.md``): residual stream; one full layer of KV (the staging buffer); the layers already
+    compressed (K, V, slot validity and position); the largest of one chunk's MLP, one chunk's attention (for a chunk
+    after the first, sdpa gets an explicit mask: the boolean mask, its float copy, and K/V repeated to every query
+    head), and the SnapKV scoring (fp32 window probabilities); the last position's logits.
+    """
+    T, b = prompt_len, dtype_bytes
+    C = min(DEFAULT_CHUNK if chunk_size is None else chunk_size, T)
+    d, inter, L = config.hidden_size, config.intermediate_size, config.num_hidden_layers
+    H, H_kv = config.num_attention_heads, config.num_key_value_heads
+    D = getattr(config, "head_dim", None) or d // H
+    residual = T * d * b
+    full_layer = 2 * T * H_kv * D * b
+    compressed = (L - 1) * slots * H_kv * (2 * D * b + 9)  # K, V; bool validity and long position per slot
+    rope = 2 * C * D * 4  # cos, sin (computed in float32)
+    mlp = C * (2 * d + 3 * inter) * b + rope
+    attention = C * (2 * d + 2 * (H + 2 * H_kv) * D) * b + rope
+    if C < T:  # chunks after the first: explicit mask (bool + float) and K/V repeated to the H query heads
+        attention += C * T * (1 + b) + 2 * T * H * D * b
+    keys_fp32 = 2 * T * H_kv * D * 4 if b != 4 else 0
+    scoring = 3 * H * window * T * 4 + keys_fp32
+    return residual + full_layer + compressed + max(mlp, attention, scoring) + config.vocab_size * 4
+
+
 def layer_major(model) -> bool:
     """Whether ``model`` has the structure the layer-major prefill drives (a ``LlamaModel`` under an ``lm_head``)."""
     return isinstance(getattr(model, "model", None), LlamaModel) and hasattr(model, "lm_head")
