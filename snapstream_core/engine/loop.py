@@ -89,6 +89,16 @@ def decode_step(model, cache: RowCache, tokens: torch.Tensor, positions: torch.T
     return out.logits[:, -1, :].float()
 
 
+def _one_line(exc: BaseException) -> str:
+    """``Type: first line`` of an exception and of the error inside it (dynamo wraps a backend's error)."""
+    parts = []
+    while exc is not None and len(parts) < 3:
+        text = str(exc).strip().splitlines()
+        parts.append(f"{type(exc).__name__}: {text[0][:200] if text else ''}".rstrip(": "))
+        exc = getattr(exc, "inner_exception", None) or exc.__cause__
+    return " <- ".join(parts)
+
+
 class _Step:
     """The decode step, compiled when asked; a compile or capture failure warns once and continues eager."""
 
@@ -105,10 +115,9 @@ class _Step:
             try:
                 return self.fn(*args)
             except Exception as exc:  # noqa: BLE001 - any compile/capture failure: eager gives the same tokens
-                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                log.warning("gen.compile: compiling the decode step failed (%s: %s); continuing eager",
-                            type(exc).__name__, first[:200])
-                self.stats.compiled, self.stats.compile_error = False, f"{type(exc).__name__}: {first[:500]}"
+                why = _one_line(exc)
+                log.warning("gen.compile: compiling the decode step failed (%s); continuing eager", why)
+                self.stats.compiled, self.stats.compile_error = False, why
                 self.fn = None
         return decode_step(*args)
 
