@@ -141,3 +141,45 @@ def test_packed_gqa_attention_equals_the_stock_sdpa_over_repeated_heads(B, H, H_
     out, _ = _packed_sdpa(q, k, v, visible, 0.25)
     assert out.shape == (B, 1, H, D)
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_decode_kernels_plug_in_backend_attention_and_slot_memory(tiny_model):
+    """The core's one hook for device kernels: with ``backend="inductor"`` the kernels' compile backend replaces
+    inductor, ``prepare`` runs once before tracing, the attention sees every layer's packed query rows (None: SDPA,
+    so the logits are the stock step's), and the slot buffers come from ``zeros``."""
+    from snapstream_core.attention import attach
+    from snapstream_core.static_decode import DecodeKernels, compiled_step, to_static
+
+    calls = {"prepare": 0, "backend": 0, "attention": [], "zeros": 0}
+
+    def backend(gm, example_inputs):
+        calls["backend"] += 1
+        return gm.forward
+
+    def attention(query, key, value, visible, scale):
+        calls["attention"].append(tuple(query.shape))
+        return None
+
+    def zeros(shapes, dtype):
+        calls["zeros"] += 1
+        return [torch.zeros(s, dtype=dtype) for s in shapes]
+
+    def prepare():
+        calls["prepare"] += 1
+
+    kernels = DecodeKernels("test", compile_backend=backend, attention=attention, zeros=zeros, prepare=prepare)
+    attach(tiny_model)
+    ids = torch.randint(1, 1000, (1, 90), generator=torch.Generator().manual_seed(0))
+    logits = []
+    for k in (None, kernels):
+        cache = ss.make_cache(tiny_model, ss.SnapStream(prompt_budget=48, recent=8))
+        with torch.no_grad():
+            tiny_model(input_ids=ids, past_key_values=cache)
+            plan = to_static(cache, torch.ones_like(ids, dtype=torch.bool), steps=2, kernels=k)
+            step = compiled_step("cpu", "eager" if k is None else "inductor", kernels=k)
+            logits.append(step(tiny_model, plan.cache, ids[:, -1:], plan.positions[:, None], plan.slots[:1]))
+    assert compiled_step("cpu", "inductor", kernels=kernels) is step  # made once per (device, backend, kernels)
+    assert calls["prepare"] == calls["backend"] == calls["zeros"] == 1
+    layers, heads, kv_heads = 2, 4, 2
+    assert calls["attention"] == [(1, kv_heads, heads // kv_heads, 16)] * layers  # traced once per layer
+    torch.testing.assert_close(logits[1], logits[0])
