@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 # Keys that cannot change a row: labels derived from other keys, and the batching of prompts.
-# gen.compile: compiled and eager decode give the same tokens (tests/test_compile.py); rows record which ran
-NOT_RESULT_KEYS = {"gen": ("batch_size", "tag", "compile"), "task": ("tag",)}
+# gen.compile: compiled and eager decode give the same tokens (tests/test_compile.py); rows record which ran.
+# gen.rows: a sample draws from its own noise, the same tokens at any row count (tests/test_engine.py).
+NOT_RESULT_KEYS = {"gen": ("batch_size", "tag", "compile", "rows"), "task": ("tag",)}
 HARNESS = "snapstream-harness"
 
 

@@ -68,7 +68,7 @@ class EngineStats:
     """What ``meta.json`` records of a run's decoding."""
 
     counts: StepCounts = field(default_factory=StepCounts)
-    compiled: bool = False
+    compiled: bool = False  # first_step_s: the first compiled step's wall time (0 when eager)
     compile_error: str | None = None
     first_step_s: float = 0.0
 
@@ -218,7 +218,7 @@ class Engine:
         else:
             logits = self.step_fn(self.model, self.cache, self.tok[:, None], positions, slots)
             self._sched.stepped()
-        if self._sched.counts.steps == 1:
+        if self._sched.counts.steps == 1 and self.stats.compiled:  # the compile time
             if self.device.type == "cuda":
                 torch.cuda.synchronize()
             self.stats.first_step_s = time.perf_counter() - start
