@@ -210,3 +210,27 @@ def test_batched_rows_compiled_trace_give_the_greedy_tokens(tiny_model):
 def test_in_cache_positions_are_refused_naming_the_knob(tiny_model):
     with pytest.raises(ValueError, match="in_cache"):
         Engine(tiny_model, ss.SnapStream(prompt_budget=64, recent=8, positions="in_cache"), SAMPLED, eos=[], rows=1)
+
+
+def test_flex_decode_attention_matches_sdpa_on_the_slots():
+    from snapstream_core.engine.attention import flex_decode_attention, resolve_attention
+
+    gen = torch.Generator().manual_seed(0)
+    B, H_kv, G, S, D = 3, 2, 3, 70, 16
+    q, k, v = (torch.randn(*shape, generator=gen) for shape in ((B, H_kv, G, D), (B, H_kv, S, D), (B, H_kv, S, D)))
+    visible = torch.rand(B, H_kv, S, generator=gen) > 0.4
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=visible[:, :, None, :], scale=0.3)
+    torch.testing.assert_close(flex_decode_attention(q, k, v, visible, 0.3), ref)
+    assert resolve_attention("auto", "cpu", True) is None and resolve_attention("auto", "cuda", False) is None
+    assert resolve_attention("auto", "cuda", True) is flex_decode_attention
+    with pytest.raises(ValueError, match="attention"):
+        resolve_attention("flash", "cuda", True)
+
+
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+def test_engine_with_flex_attention_gives_the_greedy_tokens(tiny_model):
+    method = ss.SnapKV(prompt_budget=64)
+    greedy = SamplingConfig(max_new_tokens=NEW)
+    ref, _ = engine_run(tiny_model, method, greedy, prompts(), [(0,)] * 3, rows=2)
+    got, _ = engine_run(tiny_model, method, greedy, prompts(), [(0,)] * 3, rows=2, per_row=False, attention="flex")
+    assert got == ref

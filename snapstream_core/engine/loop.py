@@ -26,13 +26,14 @@ from typing import Any
 import torch
 
 from snapstream_core.cache import CompressedCache
+from snapstream_core.engine.attention import resolve_attention
 from snapstream_core.engine.noise import pick_tokens, sample_key
 from snapstream_core.engine.rows import RowCache, row_slots
 from snapstream_core.engine.scheduler import Job, Scheduler, StepCounts
 from snapstream_core.methods.base import CompressionMethod
 from snapstream_core.prefill import prefill_prompt
 from snapstream_core.sampling import SamplingConfig
-from snapstream_core.static_decode import SLOT_MASK_KWARG
+from snapstream_core.static_decode import SLOT_ATTENTION_KWARG, SLOT_MASK_KWARG
 
 log = logging.getLogger(__name__)
 
@@ -73,11 +74,13 @@ class EngineStats:
     first_step_s: float = 0.0
 
 
-def decode_step(model, cache: RowCache, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor):
+def decode_step(model, cache: RowCache, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
+                attention: Callable | None = None):
     """One decode step of fixed shapes: tokens (R, 1) long at positions (R, 1), row r written at slot ``slots[r]``
-    -> next-token logits (R, V) float32."""
+    -> next-token logits (R, V) float32. ``attention``: the decode attention hook (None: SDPA)."""
     cache.write_slot = slots
     cache.mark_written()
+    extra = {SLOT_ATTENTION_KWARG: attention} if attention is not None else {}
     out = model(
         input_ids=tokens,
         position_ids=positions,
@@ -85,6 +88,7 @@ def decode_step(model, cache: RowCache, tokens: torch.Tensor, positions: torch.T
         attention_mask=cache.visible[0, :, :1, None, :],  # 4D: transformers builds no mask; ours is per layer
         use_cache=True,
         **{SLOT_MASK_KWARG: cache.visible},
+        **extra,
     )
     return out.logits[:, -1, :].float()
 
@@ -100,10 +104,13 @@ def _one_line(exc: BaseException) -> str:
 
 
 class _Step:
-    """The decode step, compiled when asked; a compile or capture failure warns once and continues eager."""
+    """The decode step, compiled when asked, with the decode attention ``attention`` (None: SDPA); a compile or
+    capture failure warns once and continues eager with SDPA (the same tokens)."""
 
-    def __init__(self, compiled: bool, device_type: str, backend: str, stats: EngineStats):
+    def __init__(self, compiled: bool, device_type: str, backend: str, attention: Callable | None,
+                 stats: EngineStats):
         self.stats = stats
+        self.attention = attention
         self.fn: Callable | None = None
         if compiled:
             mode = "reduce-overhead" if device_type == "cuda" and backend == "inductor" else None
@@ -113,13 +120,13 @@ class _Step:
     def __call__(self, *args) -> torch.Tensor:
         if self.fn is not None:
             try:
-                return self.fn(*args)
+                return self.fn(*args, self.attention)
             except Exception as exc:  # noqa: BLE001 - any compile/capture failure: eager gives the same tokens
                 why = _one_line(exc)
                 log.warning("gen.compile: compiling the decode step failed (%s); continuing eager", why)
                 self.stats.compiled, self.stats.compile_error = False, why
-                self.fn = None
-        return decode_step(*args)
+                self.fn = self.attention = None  # FlexAttention unfused is slow: SDPA
+        return decode_step(*args, self.attention)
 
 
 class Engine:
@@ -128,7 +135,8 @@ class Engine:
     Args:
         eos: token ids that end a sample; ``stop_strings`` (needs ``tokenizer``) end it too, checked on the host.
         seed: ``gen.seed``; ``per_row``: run each row as its own batch-1 forward (default: on CPU, eager);
-        ``check_every``: decode steps between host reads of the done flags (default 1 per-row, else 16).
+        ``check_every``: decode steps between host reads of the done flags (default 1 per-row, else 16);
+        ``attention``: ``auto`` (FlexAttention for a compiled step on CUDA, else SDPA), ``flex`` or ``sdpa``.
     """
 
     def __init__(
@@ -146,6 +154,7 @@ class Engine:
         compile_backend: str = "inductor",
         per_row: bool | None = None,
         check_every: int | None = None,
+        attention: str = "auto",
     ):
         if method.positions == "in_cache":
             raise ValueError("gen.rows: the engine does not support compression.positions=in_cache")
@@ -160,7 +169,8 @@ class Engine:
         self.per_row = (self.device.type == "cpu" and not compile) if per_row is None else per_row
         self.check_every = check_every or (1 if self.per_row else 16)
         self.stats = EngineStats()
-        self.step_fn = _Step(compile, self.device.type, compile_backend, self.stats)
+        kernel = resolve_attention(attention, self.device.type, compile)
+        self.step_fn = _Step(compile, self.device.type, compile_backend, kernel, self.stats)
         self.cache: RowCache | None = None
 
     # ------------------------------------------------------------------ per-row state

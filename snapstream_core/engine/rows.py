@@ -30,6 +30,9 @@ class RowCache(Cache):
         super().__init__(layers=[_SlotLayer(k, v) for k, v in zip(keys, values)])
         self.keys, self.values, self.visible = keys, values, visible
         self.write_slot: torch.Tensor | None = None
+        if visible.is_cuda and visible._base is None:  # the buffers themselves, not a row's view
+            for t in (*keys, *values, visible):
+                torch._dynamo.mark_static_address(t)  # mutated in place by the graph: CUDA graphs keep the address
 
     @classmethod
     def empty(cls, rows: int, slots: int, like: CompressedCache) -> RowCache:
