@@ -234,3 +234,28 @@ def test_engine_with_flex_attention_gives_the_greedy_tokens(tiny_model):
     ref, _ = engine_run(tiny_model, method, greedy, prompts(), [(0,)] * 3, rows=2)
     got, _ = engine_run(tiny_model, method, greedy, prompts(), [(0,)] * 3, rows=2, per_row=False, attention="flex")
     assert got == ref
+
+
+def test_smollm2_greedy_equals_transformers_generate_and_sampled_rows_agree(smollm2):
+    from transformers import DynamicCache
+
+    model, tok = smollm2
+    eos = [tok.convert_tokens_to_ids("<|im_end|>"), tok.eos_token_id]
+    questions = ["What is 2+2? Reply with the number only.", "Name three colours of the rainbow, one per line.",
+                 "Say yes."]
+    ps = [tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=True,
+                                  return_dict=False) for q in questions]
+    ref = []
+    for p in ps:
+        out = model.generate(torch.tensor([p]), max_new_tokens=24, do_sample=False, eos_token_id=eos,
+                             pad_token_id=eos[0], past_key_values=DynamicCache(config=model.config))
+        ref.append(out[0, len(p):].tolist())
+    assert len({len(r) for r in ref}) > 1 and any(r[-1] in eos for r in ref)  # rows end at different steps
+    greedy = SamplingConfig(max_new_tokens=24)
+    got, _ = engine_run(model, ss.NoCompression(), greedy, ps, [(0,)] * 3, rows=2, eos=eos)
+    assert [got[(i, 0)][0] for i in range(3)] == ref
+    sampled = SamplingConfig(max_new_tokens=16, temperature=0.7, top_p=0.95)
+    method = ss.SnapStream(prompt_budget=24, recent=8, window=8)
+    one, _ = engine_run(model, method, sampled, ps, [range(3)] * 3, rows=1, eos=eos)
+    many, _ = engine_run(model, method, sampled, ps, [range(3)] * 3, rows=4, eos=eos)
+    assert one == many and len({tuple(t) for t, _ in one.values()}) > 3
