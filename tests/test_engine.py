@@ -259,3 +259,22 @@ def test_smollm2_greedy_equals_transformers_generate_and_sampled_rows_agree(smol
     one, _ = engine_run(model, method, sampled, ps, [range(3)] * 3, rows=1, eos=eos)
     many, _ = engine_run(model, method, sampled, ps, [range(3)] * 3, rows=4, eos=eos)
     assert one == many and len({tuple(t) for t, _ in one.values()}) > 3
+
+
+def test_stop_strings_end_samples_as_generate_does(tiny_model, smollm2):
+    _, tok = smollm2  # its tokenizer decodes the tiny model's ids (< 1000)
+    method = ss.StreamingLLM(sinks=4, recent=28)
+    ps = prompts()
+    greedy = SamplingConfig(max_new_tokens=NEW)
+    plain, _ = engine_run(tiny_model, method, greedy, ps, [(0,)] * 3, rows=2)
+    stop = [tok.decode(plain[(1, 0)][0][6:8]).strip() or "x"]
+    ref = generate(tiny_model, ps, method, greedy, eos_token_ids=[], pad_token_id=0, stop_strings=stop, tokenizer=tok)
+    eng = Engine(tiny_model, method, greedy, eos=[], rows=2, stop_strings=stop, tokenizer=tok)
+    got = {}
+    for ended in eng.run([EngineItem(p, i, (0,), NEW, tag=i) for i, p in enumerate(ps)]):
+        got.update({f.item.tag: (f.tokens, f.finish_reason) for f in ended})
+    assert got[1][1] == "stop" and len(got[1][0]) < NEW
+    ref1 = [generate(tiny_model, [p], method, greedy, eos_token_ids=[], pad_token_id=0, stop_strings=stop,
+                     tokenizer=tok) for p in ps]
+    assert [got[i] for i in range(3)] == [(r.tokens[0][0], r.finish_reasons[0][0]) for r in ref1]
+    assert ref.tokens[1][0] == got[1][0]

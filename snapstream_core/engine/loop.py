@@ -30,6 +30,7 @@ from snapstream_core.engine.attention import resolve_attention
 from snapstream_core.engine.noise import pick_tokens, sample_key
 from snapstream_core.engine.rows import RowCache, row_slots
 from snapstream_core.engine.scheduler import Job, Scheduler, StepCounts
+from snapstream_core.generate import _cut, _stop_cut
 from snapstream_core.methods.base import CompressionMethod
 from snapstream_core.prefill import prefill_prompt
 from snapstream_core.sampling import SamplingConfig
@@ -250,19 +251,18 @@ class Engine:
     def _harvest(self, sched: Scheduler, items: list[EngineItem], prefill_s: dict[int, float],
                  kv: dict[int, dict[str, int]]) -> list[Finished]:
         """Read the done flags and the rows' tokens (the host synchronisation); retire the rows that ended."""
-        from snapstream_core.generate import _cut, _stop_cut
-
         busy = sched.busy_rows()
         if not busy:
             return []
         done = self.done.tolist()
         steps = self.step.tolist()
-        out = self.out[busy].tolist() if (self.stop_strings or any(done[r] for r in busy)) else None
+        read = busy if self.stop_strings else [r for r in busy if done[r]]  # rows whose tokens the host needs
+        seqs = dict(zip(read, self.out[read].tolist())) if read else {}
         finished = []
-        for k, row in enumerate(busy):
+        for row in read:
             job = sched.running[row]
-            seq = out[k][: min(steps[row] + 1, job.max_new_tokens)] if out is not None else None
-            if not done[row] and not (self.stop_strings and self._stop_hit(seq)):
+            seq = seqs[row][: min(steps[row] + 1, job.max_new_tokens)]
+            if not done[row] and not self._stop_hit(seq):
                 continue
             cut, reason = _cut(seq, set(self.eos), job.max_new_tokens)
             at = _stop_cut(cut, self.stop_strings, self.tokenizer) if self.stop_strings else None
