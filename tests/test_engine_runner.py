@@ -45,3 +45,14 @@ def test_a_bad_gen_rows_is_one_line_naming_the_knob(tmp_path, value):
     with pytest.raises(ValueError, match="gen.rows: must be auto or an integer >= 1") as err:
         run(compose_cfg([*TINY, *NEEDLE, f"gen.rows={value}", f"out_root={tmp_path}"]))
     assert "\n" not in str(err.value)
+
+
+def test_longbench_cot_second_call_runs_after_the_engine(tmp_path):
+    cfg = compose_cfg([*TINY, "task=longbench_v2", "task.source=bundled", "task.cot=true", "task.limit=2",
+                       "task.max_len=300", "task.cot_tokens=6", "task.answer_tokens=4", f"out_root={tmp_path}"])
+    out = run(cfg)
+    rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(rows) == 2
+    for r in rows:
+        assert len(r["completions"]) == 2 and r["completion"] == r["completions"][1]
+        assert r["gen_tokens"] > 6 - 1 and r["prompt_hash"]
