@@ -212,6 +212,7 @@ def test_in_cache_positions_are_refused_naming_the_knob(tiny_model):
         Engine(tiny_model, ss.SnapStream(prompt_budget=64, recent=8, positions="in_cache"), SAMPLED, eos=[], rows=1)
 
 
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 def test_flex_decode_attention_matches_sdpa_on_the_slots():
     from snapstream_core.engine.attention import flex_decode_attention, resolve_attention
 
