@@ -1,17 +1,15 @@
-"""Decoding knobs (``gen.*``) shared by the runner, the backends, ``generate`` and the decode engine."""
+"""Decoding knobs (``gen.*``) shared by the runner, the backends, ``generate`` and the decode engine (no import of
+torch or transformers until generation asks for them)."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from transformers import GenerationConfig
-from transformers.generation.logits_process import (
-    LogitsProcessorList,
-    TemperatureLogitsWarper,
-    TopKLogitsWarper,
-    TopPLogitsWarper,
-)
+if TYPE_CHECKING:  # transformers (and torch) load only when generation needs them
+    from transformers import GenerationConfig
+    from transformers.generation.logits_process import LogitsProcessorList
 
 
 @dataclass(frozen=True)
@@ -45,6 +43,8 @@ class SamplingConfig:
         return self.temperature > 0
 
     def generation_config(self, max_new_tokens: int, eos: list[int], pad: int) -> GenerationConfig:
+        from transformers import GenerationConfig
+
         kw = dict(max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=pad, do_sample=self.do_sample)
         if self.do_sample:
             # top_k=0, not None: transformers fills a None top_k with its global default 50 (GenerationConfig
@@ -67,6 +67,13 @@ class SamplingConfig:
 
     def warpers(self) -> LogitsProcessorList:
         """The same filters ``generate`` applies when sampling, for the shared first token of ``n`` samples."""
+        from transformers.generation.logits_process import (
+            LogitsProcessorList,
+            TemperatureLogitsWarper,
+            TopKLogitsWarper,
+            TopPLogitsWarper,
+        )
+
         procs = LogitsProcessorList()
         if self.temperature != 1.0:
             procs.append(TemperatureLogitsWarper(self.temperature))
