@@ -236,9 +236,11 @@ def choose_rows(model, method: CompressionMethod, sampling: SamplingConfig, n_it
 
     THE INTEGRATION POINT for the planner (``evals/plan.py``): on CUDA it should return the planner's choice for
     this model, method and sampling (the most rows whose ``decode_peak`` fits ``plan.memory_gib``). Until it is
-    wired in: every sample of an item at once, at most 8 (on CPU, rows run one by one anyway)."""
-    n = sampling.n * (n_items or 1)
-    return max(1, min(n, 8))
+    wired in: on CUDA every sample of an item at once, at most 8; on CPU one row (the engine runs rows one by one
+    there, so more rows add memory and no speed)."""
+    if model.device.type != "cuda":
+        return 1
+    return max(1, min(sampling.n * (n_items or 1), 8))
 
 
 def cut_at_stop(text: str, stop: tuple[str, ...]) -> str:
