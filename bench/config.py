@@ -49,6 +49,7 @@ class BenchConfig:
     methods: tuple[str, ...] = field(default_factory=registered)
     compiled: tuple[str, ...] = field(default_factory=registered)  # also measured with the compiled decode step
     compile_backend: str = "inductor"  # torch.compile backend of that step ("eager": traced only, for quick checks)
+    cpu_kernels: bool = True  # CPU: bench.cpu_decode's kernels in the compiled step, weights packed on huge pages
     contexts: tuple[int, ...] = (1024, 2048, 4096, 8192)
     steps: int = 64
     reps: int = 3

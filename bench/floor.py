@@ -10,7 +10,7 @@ Beside it, :func:`measure_matmul` times what ATen's kernels need for the weights
 product with a (batch, in_features) input, as eager decode runs them, best of ``reps``. On the 2-core CPU here the
 BLAS runs a one-row product on one thread and reads the weights at about half the reduction's speed, so an eager
 step cannot get near the floor; the compiled CPU step replaces those products with fused kernels of its own
-(:mod:`snapstream_core.gemv`) and runs below this reference.
+(:mod:`bench.cpu_decode.gemv`) and runs below this reference.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from snapstream_core import memory
+from bench.cpu_decode import memory
 
 MIB = 2**20
 
@@ -27,7 +27,7 @@ MIB = 2**20
 class BandwidthProbe:
     """Reads the memory's bandwidth in bytes/s, as often as asked, over buffers allocated once: the best of ``reps``
     sums over a ``mib`` MiB float32 tensor. On the CPU, the best over two such tensors, one of ordinary memory and one
-    on the huge pages the model's weights and the compiled step's K/V are given (:mod:`snapstream_core.memory`), so
+    on the huge pages the model's weights and the compiled step's K/V are given (:mod:`bench.cpu_decode.memory`), so
     that the floor is that of the fastest memory here."""
 
     def __init__(self, device: str, mib: int = 256):

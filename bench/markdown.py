@@ -76,6 +76,18 @@ def _compiled_md(fig: dict, meta: dict) -> list[str]:
     return out
 
 
+def _kernels_note(cfg: BenchConfig) -> str:
+    """What the compiled CPU cases ran on (bench.cpu_decode's kernels, or stock inductor)."""
+    if cfg.device != "cpu" or not cfg.compiled:
+        return ""
+    if cfg.cpu_kernels:
+        return (
+            " Compiled cases: `bench/cpu_decode` kernels (fused matrix-vector products, split-KV attention, "
+            "weights and K/V on huge pages)."
+        )
+    return " Compiled cases: stock inductor (`--no-cpu-kernels`)."
+
+
 def figures_md(figs: dict, summary: list[dict], cfg: BenchConfig, meta: dict) -> str:
     out = [
         "# SnapStream benchmark",
@@ -86,7 +98,7 @@ def figures_md(figs: dict, summary: list[dict], cfg: BenchConfig, meta: dict) ->
         f"sinks + {cfg.footprint - cfg.sinks} (the same {cfg.footprint} slots). {cfg.steps} decode steps, "
         f"{cfg.reps - cfg.discard_reps} reps (medians; ratios paired per rep"
         f"{f'; {cfg.discard_reps} warm-up rep(s) left out' if cfg.discard_reps else ''}). Load average at start/end: "
-        f"{meta.get('load_start')} / {meta.get('load_end')}.",
+        f"{meta.get('load_start')} / {meta.get('load_end')}.{_kernels_note(cfg)}",
         "",
         "`× limit`: decode time ÷ plain `DynamicCache` decode over a cache of the size the method keeps after "
         "prefill (the physical reference: the best any compression can do at that footprint).",

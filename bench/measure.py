@@ -37,8 +37,9 @@ from transformers import DynamicCache
 import snapstream_core as ss
 from bench.cases import PLAIN, Case, build_method, is_compiled
 from bench.config import WARM_STEPS, BenchConfig
+from bench.cpu_decode import KERNELS
 from bench.floor import BandwidthProbe, floor_bytes, measure_matmul
-from snapstream_core.static_decode import compiled_step, to_static
+from snapstream_core.static_decode import DecodeKernels, compiled_step, to_static
 
 MIB = 2**20
 log = logging.getLogger(__name__)
@@ -162,8 +163,15 @@ def prefill(model, prompts, case: Case, cfg: BenchConfig) -> Running:
     }
     run = Running(case, cache, token, T, row)
     if is_compiled(case.method):
-        run.static = to_static(cache, torch.ones(case.batch, T, dtype=torch.bool, device=ids.device), max_steps(cfg))
+        valid = torch.ones(case.batch, T, dtype=torch.bool, device=ids.device)
+        run.static = to_static(cache, valid, max_steps(cfg), kernels=kernels(cfg))
     return run
+
+
+def kernels(cfg: BenchConfig) -> DecodeKernels | None:
+    """The kernels plugged into the compiled step: :data:`bench.cpu_decode.KERNELS` on the CPU unless
+    ``cpu_kernels`` is off, else none (stock ``torch.compile``)."""
+    return KERNELS if cfg.device == "cpu" and cfg.cpu_kernels else None
 
 
 def max_steps(cfg: BenchConfig) -> int:
@@ -179,7 +187,7 @@ def decode_step(model, run: Running, cfg: BenchConfig) -> None:
     t0 = _now(cuda)
     if run.static is not None:  # the compiled static-shape step: compiles on its first call for this shape
         t = run.position - run.row["prompt_tokens"]
-        step = compiled_step(model.device.type, cfg.compile_backend)
+        step = compiled_step(model.device.type, cfg.compile_backend, kernels=kernels(cfg))
         logits = step(model, run.static.cache, run.token, pos, run.static.slots[t : t + 1])
         run.token = logits.argmax(-1, keepdim=True)
     else:

@@ -6,6 +6,9 @@
   vocab 128256, llama3 RoPE scaling to 131072 positions) with random weights, built directly on the GPU; prompts are
   random token ids. Timing and memory depend on shapes only, so no download is needed. Needs torch and
   transformers only (no Hydra).
+
+On the CPU with ``cpu_kernels`` (the default), :func:`load` moves the weights into one block on huge pages
+(:func:`bench.cpu_decode.memory.pack_parameters`), where the compiled step reads them faster.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from pathlib import Path
 import torch
 
 from bench.config import LLAMA_8B_SHAPE, BenchConfig
-from snapstream_core import memory
+from bench.cpu_decode import memory
 
 log = logging.getLogger(__name__)
 REPO = Path(__file__).resolve().parent.parent
@@ -94,7 +97,6 @@ def _llama_8b_shape(cfg: BenchConfig):
     torch.manual_seed(cfg.seed)
     with torch.device(cfg.device):
         model = LlamaForCausalLM._from_config(config, dtype=getattr(torch, cfg.dtype))
-    memory.pack_parameters(model)  # on the CPU, as evals.models.load_model does (nothing on a GPU)
     gen = torch.Generator().manual_seed(cfg.seed)
     ids = torch.randint(0, config.vocab_size, (1, config.max_position_embeddings), generator=gen)
     return model.eval(), Prompts(ids)
@@ -113,8 +115,23 @@ def _text_ids(tokenizer, n_tokens: int) -> torch.Tensor:
 def load(cfg: BenchConfig, n_tokens: int):
     """``(model, prompts)``: the model in eval mode on ``cfg.device`` and a source of prompts up to ``n_tokens``."""
     if cfg.model == LLAMA_8B_SHAPE:
-        return _llama_8b_shape(cfg)
-    from evals.models import load_model
+        model, prompts = _llama_8b_shape(cfg)
+    else:
+        from evals.models import load_model
 
-    model, tokenizer = load_model(_model_node(cfg))
-    return model, Prompts(_text_ids(tokenizer, n_tokens))
+        model, tokenizer = load_model(_model_node(cfg))
+        prompts = Prompts(_text_ids(tokenizer, n_tokens))
+    if cfg.cpu_kernels:
+        _pack(model)
+    return model, prompts
+
+
+def _pack(model) -> None:
+    """The CPU weights into one block on huge pages (nothing moves on a GPU)."""
+    moved = memory.pack_parameters(model)
+    if moved:
+        log.info(
+            "model weights: %.0f MiB moved into one block of CPU memory (transparent huge pages: %s)",
+            moved / 2**20,
+            memory.huge_pages(),
+        )

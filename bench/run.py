@@ -41,6 +41,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[BenchConfig, argparse.Nam
     p.add_argument("--methods", help=f"comma list of {','.join(METHODS)} (the registered methods)")
     p.add_argument("--compiled", help="methods also measured compiled (gen.compile), comma list; '' for none")
     p.add_argument("--compile-backend", help="torch.compile backend of the compiled cases (default inductor)")
+    p.add_argument("--no-cpu-kernels", action="store_true",
+                   help="CPU: compile with stock inductor, without bench/cpu_decode's kernels and weight packing")
     p.add_argument("--contexts", help="comma list of prompt lengths, e.g. 1k,2k,4k,8k")
     p.add_argument("--batches", help="comma list of batch sizes for snapstream, e.g. 1,4,8")
     p.add_argument("--batch-context", help="prompt length of the batched runs, e.g. 2k")
@@ -61,6 +63,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[BenchConfig, argparse.Nam
                   time_budget_s=a.time_budget, discard_reps=a.discard_reps,
                   compile_backend=a.compile_backend)  # fmt: skip
     changes.update({k: v for k, v in simple.items() if v is not None})
+    if a.no_cpu_kernels:
+        changes["cpu_kernels"] = False
     if a.attn:
         changes["attns"] = tuple(x.strip() for x in a.attn.split(",") if x.strip())
     elif a.device == "cuda" and _has_flash_attn():

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 # Keys that cannot change a row: labels derived from other keys, and the batching of prompts.
-# gen.compile: compiled and eager decode give the same tokens (tests/test_compile.py); rows record which ran
+# gen.compile: compiled and eager decode give the same tokens (tests/test_compile.py); rows record which ran.
+# gen.rows: a sample draws from its own noise, the same tokens at any row count (tests/test_engine.py).
 # task.plan, model.shape: what the planner (evals/plan) estimates from; never read by a run
-NOT_RESULT_KEYS = {"gen": ("batch_size", "tag", "compile"), "task": ("tag", "plan"), "model": ("shape",)}
+NOT_RESULT_KEYS = {"gen": ("batch_size", "tag", "compile", "rows"), "task": ("tag", "plan"), "model": ("shape",)}
 HARNESS = "snapstream-harness"
 
 

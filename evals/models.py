@@ -222,8 +222,6 @@ def load_model(model_cfg: Any):
     import torch
     from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
-    from snapstream_core import memory
-
     dtype = getattr(torch, model_cfg.dtype)
     device = resolved_device(model_cfg)
     tokenizer = load_tokenizer(model_cfg)
@@ -247,13 +245,6 @@ def load_model(model_cfg: Any):
             where, dtype=dtype, attn_implementation=model_cfg.attn_implementation, **extra
         )
     model = model.to(device).eval()
-    moved = memory.pack_parameters(model)  # CPU only: one block on huge pages, read faster than the file mapping
-    if moved:
-        log.info(
-            "model weights: %.0f MiB moved into one block of CPU memory (transparent huge pages: %s)",
-            moved / 2**20,
-            memory.huge_pages(),
-        )
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,8 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
 from evals import strict
-from evals.backends import Request, backend_class, make_backend
+from evals.backends import Request, Sample, backend_class, make_backend
+from evals.backends.base import check_rows
 from evals.identity import fingerprint, run_identity
 from evals.prompts import PROMPTS, PromptStore, prompt_record
 from evals.rows import RowWriter, done_keys, read_rows, tidy
@@ -41,9 +43,9 @@ from evals.rundir import (
 )
 from evals.summary import summarize
 from snapstream_core import compression_from_config
-from snapstream_core.generate import SamplingConfig
 from snapstream_core.methods import knob_names
 from snapstream_core.methods.base import CompressionMethod
+from snapstream_core.sampling import SamplingConfig
 from snapstream_core.static_decode import resolve_compile
 from tasks import get_task
 from tasks.base import Prompt
@@ -108,6 +110,7 @@ def check(cfg: DictConfig) -> Checked:
         n=int(gen["n_samples"]),
     )
     resolve_compile(gen.get("compile", "auto"), "cpu")  # refuse a bad gen.compile before anything loads
+    check_rows(gen.get("rows", "auto"))
     batch_size = gen["batch_size"]
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
         raise ValueError(
@@ -251,54 +254,115 @@ def _run_locked(cfg: DictConfig, p: RunPlan, replay) -> Path:
 
 
 def _generate_and_score(cfg: DictConfig, p: RunPlan, items: list, replay=None) -> dict[str, Any]:
-    """Generate and score what is missing; returns what the backend reports for ``meta.json``."""
-    import torch
-
+    """Generate and score what is missing, writing each sample's row as soon as it is scored; returns what the
+    backend reports for ``meta.json``."""
     samples_path = p.run_dir / SAMPLES
     done = done_keys(read_rows(samples_path))
     backend = replay or make_backend(cfg, p.method, p.sampling)
+    work = _pending_work(backend, p, items, done)
+    if done:
+        log.info("resuming %s: %d rows already there, %d items to go", p.run_dir, len(done), len(work))
     prompts = PromptStore(p.run_dir / PROMPTS)
-    work: list[tuple[Any, tuple[int, ...]]] = []
+    total = sum(len(w.sample_idx) for w in work)
+    with RowWriter(samples_path) as writer, _Progress(cfg, p, total) as progress:
+        for ended in _produce(cfg, p, backend, work, prompts):
+            for outcome in _score(cfg, p, ended):
+                writer.write(_row(cfg, p, outcome))
+            progress.update(ended)
+    return backend.meta() if hasattr(backend, "meta") else {}
+
+
+@dataclass(frozen=True)
+class Work:
+    """Samples ``sample_idx`` of ``item`` still missing from ``samples.jsonl``."""
+
+    item: Any
+    sample_idx: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One finished, scored sample: what the row of ``samples.jsonl`` is made of."""
+
+    request: Request
+    sample: Sample
+    thinking_closed: bool
+    scored: dict[str, Any]
+
+
+def _pending_work(backend, p: RunPlan, items: list, done: set[tuple[str, int]]) -> list[Work]:
+    """The (item, samples) pairs a resume still has to produce, in item order."""
+    work = []
     for item in items:
         wanted = backend.samples_for(str(item.item_id), p.sampling.n)
         missing = tuple(i for i in wanted if (str(item.item_id), i) not in done)
         if missing:
-            work.append((item, missing))
+            work.append(Work(item, missing))
     if backend.replays:
         backend.report_missing(len(items))
-    if done:
-        log.info("resuming %s: %d rows already there, %d items to go", p.run_dir, len(done), len(work))
-    chunk = backend.batch_size or p.batch_size
-    gen_tokens = 0
-    start = time.perf_counter()
-    with RowWriter(samples_path) as writer, tqdm(
-        total=len(work), desc=f"{cfg.task.name}/{cfg.compression.tag}", unit="item", dynamic_ncols=True
-    ) as bar:
-        for batch in _batches(work, chunk):
-            requests = [_request(cfg, p, backend, item, idx) for item, idx in batch]
-            system = None if cfg.model.thinking else cfg.model.system_prompt  # what the hf backend prepends
-            hashes = prompts.add([prompt_record(r.prompt, system) for r in requests if r.prompt is not None])
-            prompt_hashes = dict(zip((id(r) for r in requests if r.prompt is not None), hashes))
-            torch.manual_seed(_seed(p.seed, str(batch[0][0].item_id)))
-            outputs = backend.generate(requests)
-            if hook(p.task, "followup") is not None and backend.supports_followup:
-                _followups(cfg, p, backend, requests, outputs)
-            pairs, metas = [], []
-            for req, samples in zip(requests, outputs):
-                for s in samples:
-                    answer_text, closed = answer_part(p.task, s.completion, bool(cfg.model.thinking), cfg.task)
-                    pairs.append((req.item, answer_text))
-                    metas.append((req, s, closed, prompt_hashes.get(id(req))))
-            scores = score_all(p.task, pairs, cfg.task)
-            for (req, s, closed, phash), scored in zip(metas, scores):
-                writer.write(_row(cfg, p, req, s, closed, scored, phash))
-                gen_tokens += s.gen_tokens or 0
-            bar.update(len(batch))
-            elapsed = max(time.perf_counter() - start, 1e-9)
-            bar.set_postfix(tok_s=f"{gen_tokens / elapsed:.1f}")
-            if cfg.get("log_every") and bar.n % int(cfg.log_every) == 0:
-                log.info("%s: %d/%d items, %.1f gen tok/s", p.run_id, bar.n, len(work), gen_tokens / elapsed)
-    return backend.meta() if hasattr(backend, "meta") else {}
+    return work
+
+
+def _produce(cfg: DictConfig, p: RunPlan, backend, work: list[Work], prompts: PromptStore
+             ) -> Iterator[list[tuple[Request, Sample]]]:
+    """Finished samples as ``(request, sample)`` lists: streamed as they end from a backend that can (requests are
+    built lazily, so the prompts of items not reached yet are not rendered), else one ``generate`` per chunk of
+    ``gen.batch_size`` requests. Tasks with a second call (``followup``) run it on each chunk's samples."""
+    followup = hook(p.task, "followup") is not None and backend.supports_followup
+
+    def requests(chunk: Iterable[Work]) -> Iterator[Request]:
+        return (_request(cfg, p, backend, prompts, w) for w in chunk)
+
+    if hasattr(backend, "stream") and not followup:
+        yield from backend.stream(requests(work))
+        return
+    for chunk in _batches(work, backend.batch_size or p.batch_size):
+        reqs = list(requests(chunk))
+        outputs = backend.generate(reqs)
+        if followup:
+            _followups(cfg, p, backend, reqs, outputs)
+        yield [(req, s) for req, samples in zip(reqs, outputs) for s in samples]
+
+
+def _score(cfg: DictConfig, p: RunPlan, ended: list[tuple[Request, Sample]]) -> list[Outcome]:
+    """Split each completion at the thinking block and grade the answers (one ``score_all`` call for the list)."""
+    thinking = bool(cfg.model.thinking)
+    parts = [answer_part(p.task, s.completion, thinking, cfg.task) for _, s in ended]
+    scores = score_all(p.task, [(req.item, text) for (req, _), (text, _) in zip(ended, parts)], cfg.task)
+    return [Outcome(req, s, closed, scored) for (req, s), (_, closed), scored in zip(ended, parts, scores)]
+
+
+class _Progress:
+    """The progress bar (samples) and the ``log_every`` log line (items whose last missing sample was written)."""
+
+    def __init__(self, cfg: DictConfig, p: RunPlan, total: int):
+        self.bar = tqdm(total=total, desc=f"{cfg.task.name}/{cfg.compression.tag}", unit="sample",
+                        dynamic_ncols=True)
+        self.every = int(cfg.get("log_every") or 0)
+        self.run_id, self.tokens, self.items, self.start = p.run_id, 0, 0, time.perf_counter()
+        self.left: dict[int, int] = {}
+
+    def update(self, ended: list[tuple[Request, Sample]]) -> None:
+        for req, s in ended:
+            self.tokens += s.gen_tokens or 0
+            left = self.left.setdefault(id(req), len(req.sample_idx)) - 1
+            self.left[id(req)] = left
+            if left == 0:
+                del self.left[id(req)]
+                self.items += 1
+                if self.every and self.items % self.every == 0:
+                    log.info("%s: %d items done, %.1f gen tok/s", self.run_id, self.items, self.rate())
+        self.bar.update(len(ended))
+        self.bar.set_postfix(tok_s=f"{self.rate():.1f}")
+
+    def rate(self) -> float:
+        return self.tokens / max(time.perf_counter() - self.start, 1e-9)
+
+    def __enter__(self) -> _Progress:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.bar.close()
 
 
 def _followups(cfg: DictConfig, p: RunPlan, backend, requests: list[Request], outputs: list[list]) -> None:
@@ -319,11 +383,11 @@ def _followups(cfg: DictConfig, p: RunPlan, backend, requests: list[Request], ou
             s.latency_s = (s.latency_s or 0) + (second.latency_s or 0)
 
 
-def _batches(work: list, size: int):
+def _batches(work: list[Work], size: int) -> Iterator[list[Work]]:
     """Consecutive chunks whose requests ask for the same number of samples."""
-    batch: list = []
+    batch: list[Work] = []
     for entry in work:
-        if batch and (len(batch) == size or len(entry[1]) != len(batch[0][1])):
+        if batch and (len(batch) == size or len(entry.sample_idx) != len(batch[0].sample_idx)):
             yield batch
             batch = []
         batch.append(entry)
@@ -331,23 +395,22 @@ def _batches(work: list, size: int):
         yield batch
 
 
-def _seed(seed: int, key: str) -> int:
-    import zlib
-
-    return (seed * 1_000_003 + zlib.crc32(key.encode())) % (2**31)
-
-
-def _request(cfg: DictConfig, p: RunPlan, backend, item, sample_idx: tuple[int, ...]) -> Request:
+def _request(cfg: DictConfig, p: RunPlan, backend, prompts: PromptStore, w: Work) -> Request:
+    """The task's prompt for ``w`` (none for a backend that needs none), stored in ``prompts.jsonl.gz`` exactly as
+    the backend will send it."""
     if not backend.needs_prompts:
-        return Request(item=item, prompt=None, sample_idx=sample_idx)
-    prompt = p.task.prompt(item, cfg.model, cfg=cfg.task, tokenizer=backend.tokenizer)
+        return Request(item=w.item, prompt=None, sample_idx=w.sample_idx)
+    prompt = p.task.prompt(w.item, cfg.model, cfg=cfg.task, tokenizer=backend.tokenizer)
     if not isinstance(prompt, Prompt):
         prompt = Prompt(prompt)
-    return Request(item=item, prompt=prompt, sample_idx=sample_idx)
+    record = backend.prompt_record(prompt) if hasattr(backend, "prompt_record") else prompt_record(prompt, None)
+    (phash,) = prompts.add([record])
+    return Request(item=w.item, prompt=prompt, sample_idx=w.sample_idx, prompt_hash=phash)
 
 
-def _row(cfg: DictConfig, p: RunPlan, req: Request, s, closed: bool, scored: dict, phash: str | None
-         ) -> dict[str, Any]:
+def _row(cfg: DictConfig, p: RunPlan, o: Outcome) -> dict[str, Any]:
+    """The ``samples.jsonl`` row of one outcome (docs/architecture.md, "Result rows")."""
+    req, s = o.request, o.sample
     knobs = p.method.knobs()
     row: dict[str, Any] = {
         "run_id": p.run_id,
@@ -364,15 +427,15 @@ def _row(cfg: DictConfig, p: RunPlan, req: Request, s, closed: bool, scored: dic
         "truncated": bool(req.prompt.truncated) if req.prompt is not None else None,
         "gen_tokens": s.gen_tokens,
         "finish_reason": s.finish_reason,
-        "thinking_closed": closed,
+        "thinking_closed": o.thinking_closed,
         "kv_tokens_peak": s.kv.get("kv_tokens_peak"),
         "kv_bytes_peak": s.kv.get("kv_bytes_peak"),
         "latency_s": s.latency_s,
-        "prompt_hash": phash,
+        "prompt_hash": req.prompt_hash,
     }
-    row.update({k: v for k, v in s.kv.items() if k not in row})
+    row.update({k: v for k, v in {**s.kv, **s.measured}.items() if k not in row})
     row.update({"prediction": None, "answer": None, "correct": None})
-    row.update(scored)
+    row.update(o.scored)
     row.update({k: v for k, v in req.item.breakdown.items() if k not in row})
     row["completion"] = s.completion
     if s.stages:

@@ -11,6 +11,10 @@ before decoding starts: ``n_frozen + (filled + t) % ring`` for the ring methods 
 Shapes: ring methods use ``prompt_budget + recent`` (``sinks + recent``) slots whatever the prompt length, so
 prompts of different lengths replay the same graph; appending methods use ``n_kept + steps`` slots, a dimension
 marked dynamic so that one graph serves every prompt length.
+
+The core compiles the step with stock ``torch.compile``. A caller may plug device-specific pieces in through
+:class:`DecodeKernels` (the compile backend, the decode attention, the slot buffers' memory); the benchmark's CPU
+kernels (``bench/cpu_decode``) are the one user.
 """
 
 from __future__ import annotations
@@ -19,19 +23,39 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
-from snapstream_core import cpu_attention, memory
 from snapstream_core.cache import CompressedCache
-from snapstream_core.gemv import cpu_decode_backend
 
 log = logging.getLogger(__name__)
 
 # The attention functions read the per-layer slot mask from this keyword of the model call (transformers passes the
 # model's extra keyword arguments down to the attention interface).
 SLOT_MASK_KWARG = "snapstream_slot_mask"
+# ... and, when a caller plugged one in (DecodeKernels.attention), the decode attention from this one.
+SLOT_ATTENTION_KWARG = "snapstream_slot_attention"
+
+
+@dataclass(frozen=True)
+class DecodeKernels:
+    """Device-specific pieces plugged into the compiled decode step; every field left None keeps the stock path.
+
+    ``compile_backend``: a ``torch.compile`` backend used instead of ``"inductor"``.
+    ``attention(query (B, H_kv, G, D), key, value (B, H_kv, S, D), visible (B, H_kv, S) bool, scale)
+    -> (B, H_kv, G, D)``, or None to leave those tensors to SDPA (decided while tracing, from shapes and dtypes):
+    the decode attention of the G query heads that share each KV head.
+    ``zeros(shapes, dtype) -> list of zeroed tensors``: the memory of the slot buffers on the CPU.
+    ``prepare()``: called once before the step is first traced (e.g. to build an extension).
+    """
+
+    name: str
+    compile_backend: Callable[..., Any] | None = None
+    attention: Callable[..., torch.Tensor | None] | None = None
+    zeros: Callable[[list[tuple[int, ...]], torch.dtype], list[torch.Tensor]] | None = None
+    prepare: Callable[[], Any] | None = None
 
 
 def resolve_compile(value: bool | str | None, device: torch.device) -> bool:
@@ -94,43 +118,63 @@ class StaticSlotCache(Cache):
         return sum(t.numel() * t.element_size() for layer in self.layers for t in (layer.keys, layer.values))
 
 
-def decode_step(model, cache: StaticSlotCache, tokens: torch.Tensor, positions: torch.Tensor, slot: torch.Tensor):
+def decode_step(
+    model,
+    cache: StaticSlotCache,
+    tokens: torch.Tensor,
+    positions: torch.Tensor,
+    slot: torch.Tensor,
+    attention: Callable | None = None,
+):
     """One decode step of fixed shapes: tokens (B, 1) long at positions (B, 1) long, written at ``slot`` (1,) long
-    -> next-token logits (B, V) float32."""
+    -> next-token logits (B, V) float32. ``attention``: :attr:`DecodeKernels.attention` (None: SDPA)."""
     cache.write_slot = slot
     cache.visible.index_fill_(-1, slot, True)
+    extra = {SLOT_MASK_KWARG: cache.visible}
+    if attention is not None:
+        extra[SLOT_ATTENTION_KWARG] = attention
     out = model(
         input_ids=tokens,
         position_ids=positions,
         past_key_values=cache,
         attention_mask=cache.visible[0, :, :1, None, :],  # 4D: transformers builds no mask; ours is per layer
         use_cache=True,
-        **{SLOT_MASK_KWARG: cache.visible},
+        **extra,
     )
     return out.logits[:, -1, :].float()
 
 
-_COMPILED: dict[tuple[str, str], Callable] = {}
+_COMPILED: dict[tuple[str, str, DecodeKernels | None], Callable] = {}
 
 
-def compiled_step(device_type: str, backend: str = "inductor") -> Callable:
-    """``decode_step`` under ``torch.compile`` (made once per device type and backend): ``reduce-overhead`` (CUDA
-    graphs) on CUDA; on CPU inductor after the matrix-vector rewrite of :mod:`snapstream_core.gemv`, attention in
-    :mod:`snapstream_core.cpu_attention`'s kernel.
-    ``backend="eager"`` traces without code generation (tests)."""
-    key = (device_type, backend)
+def compiled_step(device_type: str, backend: str = "inductor", *, kernels: DecodeKernels | None = None) -> Callable:
+    """``decode_step`` under ``torch.compile`` (made once per device type, backend and kernels): ``reduce-overhead``
+    (CUDA graphs) on CUDA, inductor elsewhere; ``backend="eager"`` traces without code generation (tests).
+    ``kernels`` replaces the inductor backend and the decode attention where it sets them."""
+    key = (device_type, backend, kernels)
     if key not in _COMPILED:
         mode = "reduce-overhead" if device_type == "cuda" and backend == "inductor" else None
-        if device_type == "cpu":
-            cpu_attention.build()  # before tracing: the step calls the kernel when it is built
-        if device_type == "cpu" and backend == "inductor":
-            backend = cpu_decode_backend
-        compiled = torch.compile(decode_step, backend=backend, mode=mode, fullgraph=True)
+        step = decode_step
+        if kernels is not None:
+            if kernels.prepare is not None:
+                kernels.prepare()  # before tracing: the trace decides which attention the graph calls
+            if kernels.compile_backend is not None and backend == "inductor":
+                backend, mode = kernels.compile_backend, None
+            if kernels.attention is not None:
+                step = _with_attention(kernels.attention)
+        compiled = torch.compile(step, backend=backend, mode=mode, fullgraph=True)
         # Guards on the model's modules checked by their dict tags, recursively (a Dynamo setting, off by default,
         # that falls back to the full check when a module's attributes change): SmolLM2's ~4,000 guards per step
         # take 0.6 ms instead of 1.2 ms.
         _COMPILED[key] = torch._dynamo.config.patch(use_recursive_dict_tags_for_guards=True)(compiled)
     return _COMPILED[key]
+
+
+def _with_attention(attention: Callable) -> Callable:
+    def step(model, cache, tokens, positions, slot):
+        return decode_step(model, cache, tokens, positions, slot, attention)
+
+    return step
 
 
 @dataclass
@@ -149,13 +193,16 @@ class DecodePlan:
         return held if self.held_cap is None else min(held, self.held_cap)
 
 
-def to_static(cache: CompressedCache, key_valid: torch.Tensor, steps: int) -> DecodePlan:
+def to_static(
+    cache: CompressedCache, key_valid: torch.Tensor, steps: int, *, kernels: DecodeKernels | None = None
+) -> DecodePlan:
     """Copy a compressed cache right after prefill (and batch expansion) into fixed-size slot buffers.
 
     Args:
         cache: the cache the eager prefill filled and compressed, with B rows.
         key_valid: (B, T) bool, False on left padding of the prompt.
         steps: decode steps to come (tokens whose K/V will be written).
+        kernels: where it sets ``zeros``, the CPU slot buffers come from it.
     """
     method = cache.method
     if method.positions == "in_cache":
@@ -182,7 +229,9 @@ def to_static(cache: CompressedCache, key_valid: torch.Tensor, steps: int) -> De
             raise RuntimeError("snapstream_core: layers disagree on the slot schedule")
         plans.append((layer, n, S))
     storage = _slot_storage(
-        [(*layer.keys.shape[:2], S, layer.keys.shape[-1]) for layer, _, S in plans], cache.layers[0].keys
+        [(*layer.keys.shape[:2], S, layer.keys.shape[-1]) for layer, _, S in plans],
+        cache.layers[0].keys,
+        kernels.zeros if kernels is not None else None,
     )
     keys, values, visible = storage[0::2], storage[1::2], []
     for (layer, n, S), k, v in zip(plans, keys, values):
@@ -202,13 +251,14 @@ def to_static(cache: CompressedCache, key_valid: torch.Tensor, steps: int) -> De
     return DecodePlan(static, schedule[0], positions, *schedule[1])
 
 
-def _slot_storage(shapes: list[tuple[int, ...]], like: torch.Tensor) -> list[torch.Tensor]:
+def _slot_storage(
+    shapes: list[tuple[int, ...]], like: torch.Tensor, zeros: Callable | None = None
+) -> list[torch.Tensor]:
     """Zeroed K and V buffers, (B, H_kv, S, D) per layer in ``shapes``, as [K_0, V_0, K_1, V_1, ...] of ``like``'s
-    dtype and device: on the CPU carved from one block on transparent huge pages (:mod:`snapstream_core.memory`,
-    where the step reads them ~1% faster), elsewhere allocated one by one."""
+    dtype and device; on the CPU from ``zeros(shapes, dtype)`` when given (:attr:`DecodeKernels.zeros`)."""
     doubled = [shape for shape in shapes for _ in range(2)]
-    if like.device.type == "cpu":
-        return memory.cpu_zeros(doubled, like.dtype)
+    if zeros is not None and like.device.type == "cpu":
+        return zeros(doubled, like.dtype)
     return [like.new_zeros(shape) for shape in doubled]
 
 

@@ -256,3 +256,14 @@ def test_a_bad_knob_is_one_line_and_exit_2_before_any_model_loads(argv, message,
     assert run.main(argv) == 2
     errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
     assert len(errors) == 1 and message in errors[0] and "\n" not in errors[0]
+
+
+def test_the_compiled_cpu_cases_get_the_bench_kernels_unless_turned_off():
+    from bench.cpu_decode import KERNELS
+    from bench.measure import kernels
+
+    cfg, _ = run.parse_args([])
+    assert cfg.cpu_kernels and kernels(cfg) is KERNELS
+    off, _ = run.parse_args(["--no-cpu-kernels"])
+    assert not off.cpu_kernels and kernels(off) is None
+    assert kernels(BenchConfig(device="cuda")) is None  # CPU kernels only on the CPU

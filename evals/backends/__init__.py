@@ -33,12 +33,14 @@ def backend_class(name: str) -> type:
 
 def make_backend(cfg: Any, method, sampling) -> Backend:
     """Build the backend named by ``cfg.backend.name``: a replaying backend from ``backend.path`` (and
-    ``backend.partial``), a generating one from the model config, the method, the sampling settings and
-    ``gen.compile``."""
+    ``backend.partial``), a generating one from the model config, the method, the sampling settings,
+    ``gen.compile``, ``gen.rows`` and ``gen.seed``."""
     cls = backend_class(cfg.backend.name)
     if cls.replays:
         return cls(cfg.backend.path, partial=bool(cfg.backend.get("partial", False)))
-    return cls(cfg.model, method, sampling, compile=cfg.gen.get("compile", "auto"))
+    gen = cfg.gen
+    return cls(cfg.model, method, sampling, compile=gen.get("compile", "auto"), rows=gen.get("rows", "auto"),
+               seed=int(gen.get("seed", 0)))
 
 
 __all__ = ["BACKENDS", "Backend", "Request", "Sample", "backend_class", "make_backend"]

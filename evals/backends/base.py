@@ -16,6 +16,7 @@ class Request:
     prompt: Prompt | None
     sample_idx: tuple[int, ...]
     max_new_tokens: int | None = None  # None: the run's gen.max_new_tokens
+    prompt_hash: str | None = None  # the prompt's record in prompts.jsonl.gz
 
 
 @dataclass
@@ -28,8 +29,18 @@ class Sample:
     gen_tokens: int | None = None
     finish_reason: str | None = None
     latency_s: float | None = None
-    kv: dict[str, Any] = field(default_factory=dict)
+    kv: dict[str, Any] = field(default_factory=dict)  # the KV figures (kv_tokens_peak, kv_bytes_peak, ...)
+    measured: dict[str, Any] = field(default_factory=dict)  # timings and flags (prefill_s, decode_compiled, ...)
     stages: list[str] | None = None  # completions of every call of a multi-call protocol, the last one final
+
+
+def check_rows(value: Any) -> int | str:
+    """``gen.rows``: ``auto`` or an integer >= 1 (decode rows held at once)."""
+    if value == "auto":
+        return value
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"gen.rows: must be auto or an integer >= 1 (decode rows held at once), got {value!r}")
+    return value
 
 
 class Backend(Protocol):

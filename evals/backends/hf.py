@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
+import zlib
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from typing import Any
 
-from evals.backends.base import Request, Sample
+import torch
+
+from evals.backends.base import Request, Sample, check_rows
 from evals.models import load_model
+from evals.prompts import prompt_record
 from snapstream_core import attach
-from snapstream_core.generate import SamplingConfig, generate
+from snapstream_core.engine import Engine, EngineItem, Finished, item_key
+from snapstream_core.generate import generate
 from snapstream_core.methods.base import CompressionMethod
+from snapstream_core.sampling import SamplingConfig
 from snapstream_core.static_decode import resolve_compile
 from tasks.base import Prompt, decode_keeping_think_tags
 
@@ -30,9 +38,18 @@ class HFBackend:
     batch_size = None  # the run's gen.batch_size
 
     def __init__(
-        self, model_cfg: Any, method: CompressionMethod, sampling: SamplingConfig, compile: bool | str = "auto"
+        self,
+        model_cfg: Any,
+        method: CompressionMethod,
+        sampling: SamplingConfig,
+        compile: bool | str = "auto",
+        rows: int | str = "auto",
+        seed: int = 0,
     ):
         self.model_cfg = model_cfg
+        self.rows = check_rows(rows)
+        self.seed = int(seed)
+        self.decode_counts = {"steps": 0, "row_steps": 0, "used_row_steps": 0, "rows": None}
         self.method = method
         self.sampling = sampling
         resolve_compile(compile, "cpu")  # checks the value (gen.compile) before the weights load
@@ -66,9 +83,13 @@ class HFBackend:
                     max_new, prompt_tokens, positions, self.model_cfg.name, positions)
 
     def meta(self) -> dict[str, Any]:
-        """For ``meta.json``: ``decode_compile`` = the ``gen.compile`` value, whether decode ran compiled and the first
-        compiled step's wall time (the compile time)."""
-        return {"decode_compile": {"gen.compile": self.compile, **self.compile_meta}}
+        """For ``meta.json``: ``decode_compile`` = the ``gen.compile`` value, whether decode ran compiled, the first
+        step's wall time (the compile time) and a compile failure's message; ``decode_rows``: ``gen.rows``, the
+        rows used, decode steps, row-steps and the share of row-steps spent on rows that held no live sample."""
+        c = self.decode_counts
+        wasted = c["row_steps"] - c["used_row_steps"]
+        rows = {"gen.rows": self.rows, **c, "wasted_share": round(wasted / c["row_steps"], 4) if c["row_steps"] else 0}
+        return {"decode_compile": {"gen.compile": self.compile, **self.compile_meta}, "decode_rows": rows}
 
     def samples_for(self, item_id: str, n: int) -> list[int]:
         return list(range(n))
@@ -99,65 +120,127 @@ class HFBackend:
     def prompt_tokens(self, prompt: Prompt) -> int:
         return len(self.encode(prompt))
 
-    def generate(self, requests: list[Request]) -> list[list[Sample]]:
-        """One list of samples per request; requests run in one ``generate`` call per group sharing their number of
-        samples and generation settings (``max_new_tokens``, the prompt's ``gen`` and ``stop``)."""
-        groups: dict[tuple, list[int]] = {}
-        for i, req in enumerate(requests):
-            gen = tuple(sorted((req.prompt.gen or {}).items()))
-            groups.setdefault((len(req.sample_idx), req.max_new_tokens, gen, req.prompt.stop), []).append(i)
-        results: list[list[Sample]] = [[] for _ in requests]
-        for members in groups.values():
-            for i, samples in zip(members, self._generate_group([requests[i] for i in members])):
-                results[i] = samples
-        return results
+    def prompt_record(self, prompt: Prompt) -> dict[str, Any]:
+        """The exact input of a request as this backend sends it (the system prompt it prepends included)."""
+        return prompt_record(prompt, None if self.model_cfg.thinking else self.model_cfg.system_prompt)
 
-    def _generate_group(self, requests: list[Request]) -> list[list[Sample]]:
-        encoded = [self.encode(r.prompt) for r in requests]
-        first = requests[0]
-        gen = dict(first.prompt.gen or {})  # the task's per-request settings, over the run's gen.*
+    def generate(self, requests: list[Request]) -> list[list[Sample]]:
+        """One list of samples per request, in the order of ``request.sample_idx`` (collects :meth:`stream`)."""
+        index = {id(r): i for i, r in enumerate(requests)}
+        results: list[dict[int, Sample]] = [{} for _ in requests]
+        for ended in self.stream(requests):
+            for req, sample in ended:
+                results[index[id(req)]][sample.sample_idx] = sample
+        return [[got[i] for i in req.sample_idx] for req, got in zip(requests, results)]
+
+    def stream(self, requests: Iterable[Request]) -> Iterator[list[tuple[Request, Sample]]]:
+        """Generate every sample of ``requests`` (read lazily, in order); yields the samples that ended, as
+        ``(request, sample)`` lists, as soon as they end.
+
+        Consecutive requests with the same generation settings share one :class:`~snapstream_core.engine.Engine`
+        run (its rows refill across items). Each sample draws from noise keyed on (``gen.seed``, item id, sample
+        index, step), so its tokens do not depend on batching, ``gen.rows`` or resume. ``positions=in_cache``
+        (keys re-rotated every step, which the fixed slot rows cannot do) goes to ``generate()``'s eager path,
+        with the global RNG seeded per item as before."""
+        for settings, group in itertools.groupby(requests, key=self._settings):
+            if self.method.positions == "in_cache":
+                for req in group:
+                    yield list(zip(itertools.repeat(req), self._generate_eager(req, settings)))
+            else:
+                yield from self._stream_engine(settings, group)
+
+    def _settings(self, req: Request) -> tuple:
+        """(sampling, stop strings) of a request: the task's per-request settings over the run's ``gen.*``."""
+        gen = dict(req.prompt.gen or {})
         task_max = gen.pop("max_new_tokens", None)
-        max_new = first.max_new_tokens or task_max or self.sampling.max_new_tokens
-        n = len(first.sample_idx)
-        sampling = replace(self.sampling, n=n, max_new_tokens=max_new, **gen)
-        self._check_positions(max(len(e) for e in encoded), max_new)
-        stop = first.prompt.stop
-        start = time.perf_counter()
-        out = generate(
-            self.model,
-            encoded,
-            self.method,
-            sampling,
-            eos_token_ids=self.eos,
-            pad_token_id=self.pad,
-            stop_strings=stop,
-            tokenizer=self.tokenizer,
-            compile=self.compile,
+        max_new = req.max_new_tokens or task_max or self.sampling.max_new_tokens
+        return replace(self.sampling, max_new_tokens=max_new, **gen), tuple(req.prompt.stop)
+
+    def _stream_engine(self, settings: tuple, requests: Iterable[Request]) -> Iterator[list[tuple[Request, Sample]]]:
+        sampling, stop = settings
+        rows = self.rows if self.rows != "auto" else choose_rows(self.model, self.method, sampling)
+        engine = Engine(
+            self.model, self.method, sampling, eos=self.eos, rows=rows, seed=self.seed, stop_strings=stop,
+            tokenizer=self.tokenizer, compile=resolve_compile(self.compile, self.model.device),
         )
-        if not self.compile_meta:  # the first call: whether decode was compiled, and the first step's wall time
-            self.compile_meta = {"compiled": out.compiled, "first_step_s": round(out.first_step_s, 3)}
-            if out.compiled:
-                log.info("gen.compile: decode compiled; first step (compile) %.1f s", out.first_step_s)
-        per_row = (time.perf_counter() - start) / (len(requests) * n)
-        kv = {**out.stats, "prefill_s": out.prefill_s, "decode_s": out.decode_s,
-              "sampling_warpers": sampling.warper_names(), "decode_compiled": out.compiled}
-        results = []
-        for req, ids, toks, reasons in zip(requests, encoded, out.tokens, out.finish_reasons):
-            results.append(
-                [
-                    Sample(
-                        sample_idx=idx,
-                        completion=cut_at_stop(decode_keeping_think_tags(self.tokenizer, t), stop),
-                        prompt_tokens=len(ids),
-                        gen_tokens=len(t),
-                        finish_reason=reason,
-                        latency_s=per_row,
-                        kv=kv,
-                    )
-                    for idx, t, reason in zip(req.sample_idx, toks, reasons)
-                ]
-            )
-        return results
+
+        def items() -> Iterator[EngineItem]:
+            for req in requests:
+                ids = self.encode(req.prompt)
+                self._check_positions(len(ids), sampling.max_new_tokens)
+                key = item_key(str(getattr(req.item, "item_id", "")))
+                yield EngineItem(ids, key, tuple(req.sample_idx), sampling.max_new_tokens, tag=req)
+
+        try:
+            for ended in engine.run(items()):
+                yield [(f.item.tag, self._sample(f, sampling, stop, engine)) for f in ended]
+        finally:
+            self._record_engine(engine)
+
+    def _sample(self, f: Finished, sampling: SamplingConfig, stop: tuple[str, ...], engine: Engine) -> Sample:
+        return Sample(
+            sample_idx=f.sample_idx,
+            completion=cut_at_stop(decode_keeping_think_tags(self.tokenizer, f.tokens), stop),
+            prompt_tokens=len(f.item.ids),
+            gen_tokens=len(f.tokens),
+            finish_reason=f.finish_reason,
+            latency_s=f.prefill_s / max(len(f.item.sample_idx), 1) + f.decode_s,
+            kv=dict(f.kv),
+            measured={"prefill_s": f.prefill_s, "decode_s": f.decode_s, "sampling_warpers": sampling.warper_names(),
+                      "decode_compiled": engine.stats.compiled},
+        )
+
+    def _record_engine(self, engine: Engine) -> None:
+        """Fold one engine run's figures into what :meth:`meta` reports."""
+        c = engine.stats.counts
+        m = self.compile_meta
+        m["compiled"] = engine.stats.compiled if "compiled" not in m else (m["compiled"] and engine.stats.compiled)
+        m.setdefault("first_step_s", round(engine.stats.first_step_s, 3))
+        if engine.stats.compile_error:
+            m["compile_error"] = engine.stats.compile_error
+        steps = self.decode_counts
+        steps["steps"] += c.steps
+        steps["row_steps"] += c.row_steps
+        steps["used_row_steps"] += c.used
+        steps["rows"] = engine.rows
+
+    def _generate_eager(self, req: Request, settings: tuple) -> list[Sample]:
+        """``generate()`` for one request (``positions=in_cache``), the global RNG seeded by (seed, item)."""
+        sampling, stop = settings
+        sampling = replace(sampling, n=len(req.sample_idx))
+        ids = self.encode(req.prompt)
+        self._check_positions(len(ids), sampling.max_new_tokens)
+        torch.manual_seed(legacy_seed(self.seed, str(getattr(req.item, "item_id", ""))))
+        start = time.perf_counter()
+        out = generate(self.model, [ids], self.method, sampling, eos_token_ids=self.eos, pad_token_id=self.pad,
+                       stop_strings=stop, tokenizer=self.tokenizer, compile=False)
+        self.compile_meta.setdefault("compiled", False)
+        per_row = (time.perf_counter() - start) / len(req.sample_idx)
+        measured = {"prefill_s": out.prefill_s, "decode_s": out.decode_s,
+                    "sampling_warpers": sampling.warper_names(), "decode_compiled": False}
+        return [
+            Sample(sample_idx=idx, completion=cut_at_stop(decode_keeping_think_tags(self.tokenizer, t), stop),
+                   prompt_tokens=len(ids), gen_tokens=len(t), finish_reason=reason, latency_s=per_row,
+                   kv=dict(out.stats), measured=dict(measured))
+            for idx, t, reason in zip(req.sample_idx, out.tokens[0], out.finish_reasons[0])
+        ]
+
+
+def legacy_seed(seed: int, key: str) -> int:
+    """The global-RNG seed of the eager path (``positions=in_cache``) for one item."""
+    return (seed * 1_000_003 + zlib.crc32(key.encode())) % (2**31)
+
+
+def choose_rows(model, method: CompressionMethod, sampling: SamplingConfig, n_items: int | None = None) -> int:
+    """``gen.rows=auto``: how many decode rows to hold at once.
+
+    THE INTEGRATION POINT for the planner (``evals/plan.py``): on CUDA it should return the planner's choice for
+    this model, method and sampling (the most rows whose ``decode_peak`` fits ``plan.memory_gib``). Until it is
+    wired in: on CUDA every sample of an item at once, at most 8; on CPU one row (the engine runs rows one by one
+    there, so more rows add memory and no speed)."""
+    if model.device.type != "cuda":
+        return 1
+    return max(1, min(sampling.n * (n_items or 1), 8))
 
 
 def cut_at_stop(text: str, stop: tuple[str, ...]) -> str:

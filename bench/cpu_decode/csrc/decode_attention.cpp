@@ -1,5 +1,5 @@
 // Decode attention on CPU for the compiled static decode step: a few query rows per KV head over all slots of a
-// fixed-size cache, masked per slot. Built on first use by snapstream_core/cpu_attention.py (torch.utils.cpp_extension)
+// fixed-size cache, masked per slot. Built on first use by bench/cpu_decode/cpu_attention.py (torch.utils.cpp_extension)
 // and registered as the operator snapstream::decode_attention.
 //
 // Why: ATen's CPU flash attention runs these shapes (3 query rows per KV head, 1-8 KV heads) through small GEMM calls

@@ -38,7 +38,7 @@ MAX_ROWS = 4
 # on SmolLM2: 21-22 -> 20.8 ms/token with the attention kernel; the first compile takes ~30 s longer).
 # And no size asserts: the generated step would check the sizes and strides of its ~340 inputs (weights, slot
 # buffers) at every call, which Dynamo's guards (one TENSOR_MATCH per input) have already checked before it runs,
-# and the output layout of the attention kernel, which tests/test_cpu_attention.py checks against its shape rule
+# and the output layout of the attention kernel, which tests/test_cpu_decode_attention.py checks against its shape rule
 # with ``torch.library.opcheck`` (measured, SmolLM2 snapstream step at 2k in one process, interleaved:
 # 17.2 -> 16.9 ms and 20.5 -> 20.2 ms).
 INDUCTOR_PATCHES = {"realize_opcount_threshold": 0, "cpp_wrapper": True, "size_asserts": False}

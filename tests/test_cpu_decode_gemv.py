@@ -1,16 +1,13 @@
-"""The CPU backend of the compiled decode step (``snapstream_core.gemv``): which products it rewrites, that the
-rewritten graph computes the same values, that a whole decode with it gives the eager path's greedy tokens, and the
-packed GQA attention of the static decode step."""
+"""The benchmark's CPU backend of the compiled decode step (``bench.cpu_decode.gemv``): which products it rewrites,
+that the rewritten graph computes the same values, that a whole decode with it gives the eager path's greedy tokens."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 import snapstream_core as ss
-from snapstream_core.attention import _packed_sdpa
-from snapstream_core.gemv import MAX_ROWS, cpu_decode_backend, rewrite_linears
+from bench.cpu_decode.gemv import MAX_ROWS, cpu_decode_backend, rewrite_linears
 from snapstream_core.generate import SamplingConfig, generate
 
 
@@ -83,19 +80,3 @@ def test_a_decode_with_rewritten_products_gives_the_eager_tokens(tiny_model, met
     assert rec.rewritten == [7 * n_layers + 1]  # q, k, v, o, gate, up, down per layer + the output head; batch 2
     assert compiled.tokens == eager.tokens
     torch._dynamo.reset()
-
-
-@pytest.mark.parametrize("B,H,H_kv", [(1, 9, 3), (2, 4, 2), (3, 4, 4)])
-def test_packed_gqa_attention_equals_the_stock_sdpa_over_repeated_heads(B, H, H_kv):
-    torch.manual_seed(0)
-    S, D = 37, 16
-    q, k, v = torch.randn(B, H, 1, D), torch.randn(B, H_kv, S, D), torch.randn(B, H_kv, S, D)
-    visible = torch.rand(B, H_kv, S) > 0.3
-    visible[..., 0] = True
-    module = torch.nn.Module()
-    module.num_key_value_groups, module.is_causal = H // H_kv, True
-    mask = visible[:, :, None, :].repeat_interleave(H // H_kv, dim=1)
-    ref, _ = sdpa_attention_forward(module, q, k, v, mask, scaling=0.25)
-    out, _ = _packed_sdpa(q, k, v, visible, 0.25)
-    assert out.shape == (B, 1, H, D)
-    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)

@@ -1,12 +1,15 @@
-"""The CPU decode attention kernel (snapstream_core.cpu_attention, csrc/decode_attention.cpp) against SDPA."""
+"""The benchmark's CPU decode attention kernel (bench.cpu_decode.cpu_attention, csrc/decode_attention.cpp) against
+SDPA, and plugged into the compiled step through ``DecodeKernels.attention``."""
 
+import functools
 import logging
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from snapstream_core import attention, cpu_attention
+from bench.cpu_decode import KERNELS, cpu_attention
+from snapstream_core import attention
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -51,7 +54,7 @@ def test_the_other_head_dims_and_row_groups(D, G):
 @pytest.mark.parametrize(("B", "H", "G", "S", "D"), [(1, 3, 3, 1280, 64), (2, 2, 5, 300, 32), (1, 1, 1, 0, 16)])
 def test_the_output_layout_is_the_one_its_shape_rule_gives(B, H, G, S, D, transpose_query):
     """The compiled step does not re-check the kernel's output sizes and strides at run time (no ``size_asserts``,
-    snapstream_core.gemv): what inductor planned from the shape rule (``_fake``) must be what the kernel returns."""
+    bench.cpu_decode.gemv): what inductor planned from the shape rule (``_fake``) must be what the kernel returns."""
     q, k, v, visible = _inputs(B, H, G, S, D, seed=S + G) if S else _inputs(B, H, G, 1, D)
     if not S:
         k, v, visible = k[:, :, :0], v[:, :, :0], visible[..., :0]
@@ -132,15 +135,17 @@ def test_the_kernel_refuses_what_it_does_not_take():
     too_many = torch.randn(1, 2, cpu_attention.MAX_GROUP + 1, 64)
     with pytest.raises(RuntimeError, match="query rows per KV head"):
         cpu_attention.decode_attention(too_many, k, v, visible, 0.1)
-    assert not cpu_attention.usable(too_many.reshape(1, -1, 1, 64), k)
-    assert cpu_attention.usable(q.reshape(1, -1, 1, 64), k)
+    assert not cpu_attention.usable(too_many, k)
+    assert cpu_attention.usable(q, k)
     assert not cpu_attention.usable(q[..., :8], k[..., :8])
-    assert not cpu_attention.usable(q.reshape(1, -1, 1, 64), k[:, :0])  # no KV heads: no group size
+    assert not cpu_attention.usable(q[:, :, :0], k)  # no query rows
     assert not cpu_attention.usable(q.bfloat16(), k.bfloat16())
+    assert cpu_attention.packed_attention(q[..., :8], k[..., :8], v[..., :8], visible, 0.1) is None  # SDPA's
 
 
-def _packed_graph(query, key, value, visible, scaling):
-    """_packed_sdpa under torch.compile (fullgraph), returning its output and the graph's call targets."""
+def _packed_graph(query, key, value, visible, scaling, kernel=KERNELS.attention):
+    """_packed_sdpa with ``kernel`` plugged in, under torch.compile (fullgraph): its output and the graph's call
+    targets."""
     targets = []
 
     def record(gm, example_inputs):
@@ -148,7 +153,7 @@ def _packed_graph(query, key, value, visible, scaling):
         return gm
 
     torch._dynamo.reset()
-    step = torch.compile(attention._packed_sdpa, backend=record, fullgraph=True)
+    step = torch.compile(functools.partial(attention._packed_sdpa, kernel=kernel), backend=record, fullgraph=True)
     return step(query, key, value, visible, scaling)[0], targets
 
 
@@ -166,6 +171,42 @@ def test_the_compiled_static_step_calls_the_kernel_for_packed_gqa():
     torch.testing.assert_close(out, ref.transpose(1, 2), atol=2e-6, rtol=1e-5)
 
 
+def test_the_bench_kernels_plug_into_the_compiled_decode_step(tiny_model):
+    """compiled_step(kernels=KERNELS): the traced step of a whole model calls the kernel in every layer, and its
+    logits are those of the core's step without it (SDPA)."""
+    import snapstream_core as ss
+    from snapstream_core.attention import attach
+    from snapstream_core.static_decode import compiled_step, to_static
+
+    attach(tiny_model)
+    ids = torch.randint(1, 1000, (2, 120), generator=torch.Generator().manual_seed(0))
+    logits, calls = [], []
+
+    def record(gm, example_inputs):
+        calls.append(sum("snapstream.decode_attention" in str(n.target) for n in gm.graph.nodes))
+        return gm.forward
+
+    for kernels in (None, KERNELS):
+        cache = ss.make_cache(tiny_model, ss.SnapStream(prompt_budget=48, recent=8))
+        with torch.no_grad():
+            tiny_model(input_ids=ids, past_key_values=cache)
+            plan = to_static(cache, torch.ones_like(ids, dtype=torch.bool), steps=2, kernels=kernels)
+            torch._dynamo.reset()
+            step = compiled_step("cpu", record, kernels=kernels)
+            logits.append(step(tiny_model, plan.cache, ids[:, -1:], plan.positions[:, None], plan.slots[:1]))
+    torch._dynamo.reset()
+    assert calls == [0, tiny_model.config.num_hidden_layers]
+    torch.testing.assert_close(logits[1], logits[0], atol=1e-5, rtol=1e-5)
+
+
+def test_without_the_kernel_the_core_step_calls_sdpa():
+    q, k, v, visible = _inputs(2, 2, 3, 60, 64, seed=3)
+    out, targets = _packed_graph(q.reshape(2, 6, 1, 64), k, v, visible, 0.125, kernel=None)
+    assert not any("snapstream.decode_attention" in t for t in targets), targets
+    assert any("scaled_dot_product" in t for t in targets), targets
+    torch.testing.assert_close(out, _sdpa(q, k, v, visible, 0.125).reshape(2, 6, 1, 64).transpose(1, 2))
+
+
 def test_shapes_the_kernel_does_not_take_go_to_sdpa():
     q, k, v, visible = _inputs(1, 2, 2, 50, 8, seed=4)
     out, targets = _packed_graph(q.reshape(1, 4, 1, 8), k, v, visible, 0.3)
@@ -181,7 +222,7 @@ def test_a_failed_build_is_logged_once_and_leaves_sdpa(monkeypatch, caplog):
 
     monkeypatch.setattr(cpp_extension, "load", no_compiler)
     monkeypatch.setattr(cpu_attention, "_state", {"tried": False, "op": None})
-    with caplog.at_level(logging.WARNING, logger="snapstream_core.cpu_attention"):
+    with caplog.at_level(logging.WARNING, logger="bench.cpu_decode.cpu_attention"):
         assert cpu_attention.build() is False
         assert cpu_attention.build() is False
     assert [r.getMessage() for r in caplog.records].count(
@@ -189,6 +230,7 @@ def test_a_failed_build_is_logged_once_and_leaves_sdpa(monkeypatch, caplog):
     ) == 1
     q, k, v, visible = _inputs(1, 2, 3, 40, 64)
     assert not cpu_attention.usable(q, k)
+    assert cpu_attention.packed_attention(q, k, v, visible, 0.1) is None
 
 
 def test_no_ninja_anywhere_is_a_failed_build_not_an_exception(monkeypatch, caplog):
@@ -198,6 +240,6 @@ def test_no_ninja_anywhere_is_a_failed_build_not_an_exception(monkeypatch, caplo
     monkeypatch.setattr(shutil, "which", lambda name: None)
     monkeypatch.setitem(sys.modules, "ninja", None)  # import ninja raises ImportError
     monkeypatch.setattr(cpu_attention, "_state", {"tried": False, "op": None})
-    with caplog.at_level(logging.WARNING, logger="snapstream_core.cpu_attention"):
+    with caplog.at_level(logging.WARNING, logger="bench.cpu_decode.cpu_attention"):
         assert cpu_attention.build() is False
     assert any("could not be built" in r.getMessage() for r in caplog.records)

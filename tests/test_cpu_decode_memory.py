@@ -1,6 +1,7 @@
-"""CPU memory placement (``snapstream_core.memory``): blocks on huge-page boundaries advised for transparent huge
-pages, tensors carved from them, a model's parameters moved into one block with values, identities and ties kept,
-and the compiled step's K/V slot buffers in one block."""
+"""The benchmark's CPU memory placement (``bench.cpu_decode.memory``): blocks on huge-page boundaries advised for
+transparent huge pages, tensors carved from them, a model's parameters moved into one block with values, identities
+and ties kept (by the bench's loader only), and the compiled step's K/V slot buffers in one block when the bench's
+kernels are plugged in."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 import torch
 
 import snapstream_core as ss
-from snapstream_core import memory
+from bench.cpu_decode import KERNELS, memory
 from snapstream_core.generate import SamplingConfig, generate
 from snapstream_core.static_decode import to_static
 from tests.conftest import tiny_config
@@ -107,15 +108,28 @@ def test_packing_moves_nothing_off_the_cpu():
     assert all(p.device.type == "meta" for p in model.parameters())
 
 
-def test_the_loader_packs_cpu_weights(smollm2):
-    model, _ = smollm2
-    params = list(model.parameters())
-    assert len({p.untyped_storage().data_ptr() for p in params}) == 1
+def test_the_bench_loader_packs_cpu_weights_and_the_harness_loader_does_not():
+    from omegaconf import OmegaConf
+
+    from bench.config import BenchConfig
+    from bench.models import REPO, load
+    from evals.models import load_model
+
+    def storages(model):
+        return {p.untyped_storage().data_ptr() for p in model.parameters()}
+
+    harness, _ = load_model(OmegaConf.load(REPO / "conf" / "model" / "tiny_llama.yaml"))
+    assert len(storages(harness)) > 1  # loading a model does no CPU-specific packing
+    cfg = BenchConfig(model="tiny_llama", contexts=(64,))
+    model, _ = load(cfg, 64)
+    assert len(storages(model)) == 1
     if LINUX and memory.huge_pages() != "never":
-        assert "hg" in _vm_flags(params[0].data_ptr())
+        assert "hg" in _vm_flags(next(model.parameters()).data_ptr())
+    unpacked, _ = load(cfg.with_(cpu_kernels=False), 64)
+    assert len(storages(unpacked)) > 1
 
 
-def test_the_compiled_steps_slot_buffers_are_one_block(tiny_model):
+def test_the_compiled_steps_slot_buffers_are_one_block_with_the_bench_kernels(tiny_model):
     from snapstream_core.attention import attach
 
     attach(tiny_model)  # the wrapper that compresses the cache at the end of the prefill
@@ -123,7 +137,10 @@ def test_the_compiled_steps_slot_buffers_are_one_block(tiny_model):
     ids = torch.randint(1, 1000, (2, 100))
     with torch.no_grad():
         tiny_model(input_ids=ids, past_key_values=cache)
-    plan = to_static(cache, torch.ones_like(ids, dtype=torch.bool), steps=5)
+    valid = torch.ones_like(ids, dtype=torch.bool)
+    stock = to_static(cache, valid, steps=5)
+    assert len({layer.keys.untyped_storage().data_ptr() for layer in stock.cache.layers}) == len(cache.layers)
+    plan = to_static(cache, valid, steps=5, kernels=KERNELS)
     buffers = [t for layer in plan.cache.layers for t in (layer.keys, layer.values)]
     assert len({t.untyped_storage().data_ptr() for t in buffers}) == 1
     assert all(t.is_contiguous() and t.data_ptr() % memory.ALIGN == 0 for t in buffers)

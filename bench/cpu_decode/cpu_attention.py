@@ -11,7 +11,8 @@ It is built on first use with ``torch.utils.cpp_extension.load`` (the C++ compil
 anyway, and ninja), for the vector ISA ATen itself dispatches to on this machine, into torch's extension cache
 (``TORCH_EXTENSIONS_DIR``), once per ISA and source. Where it cannot be built, or for shapes and dtypes it does not
 take (another head dim than :data:`HEAD_DIMS`, not float32, not CPU), the step uses SDPA; a failed build is logged
-once.
+once. The compiled step reaches it through :func:`packed_attention`, ``DecodeKernels.attention`` of
+:data:`bench.cpu_decode.KERNELS`.
 """
 
 from __future__ import annotations
@@ -75,17 +76,27 @@ def _fake(query, key, value, visible, scale):
 
 
 def usable(query: torch.Tensor, key: torch.Tensor) -> bool:
-    """Whether the built kernel takes these tensors, query (B, H, 1, D) and key (B, H_kv, S, D): CPU, float32, head
-    dim in :data:`HEAD_DIMS`, at most :data:`MAX_GROUP` query heads per KV head."""
+    """Whether the built kernel takes these tensors, the packed query (B, H_kv, G, D) and key (B, H_kv, S, D): CPU,
+    float32, head dim in :data:`HEAD_DIMS`, at most :data:`MAX_GROUP` query heads per KV head."""
     return (
         _state["op"] is not None
         and query.device.type == "cpu"
         and query.dtype == torch.float32
         and key.dtype == torch.float32
         and query.shape[-1] in HEAD_DIMS
-        and 0 < key.shape[1]
-        and query.shape[1] // key.shape[1] <= MAX_GROUP
+        and query.ndim == 4
+        and 0 < query.shape[2] <= MAX_GROUP
     )
+
+
+def packed_attention(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, visible: torch.Tensor, scale: float
+) -> torch.Tensor | None:
+    """``DecodeKernels.attention``: :func:`decode_attention` where :func:`usable`, else None (the step uses SDPA).
+    Shapes as :func:`decode_attention`; the choice is made while tracing, from shapes and dtypes."""
+    if not usable(query, key):
+        return None
+    return decode_attention(query, key, value, visible, scale)
 
 
 def decode_attention(

@@ -11,9 +11,11 @@ snapstream step at 2k, in one process, interleaved; ``bench/README.md``):
   took 17.4 ms; the K/V slot buffers on huge pages too, 1% less again.
 
 :func:`pack_parameters` moves a CPU model's parameters into one such block (values unchanged, in module order, so
-that a layer's weights are read as one stream); :func:`cpu_zeros` gives zeroed tensors carved from one block (the
-static decode cache's K/V). Elsewhere (no ``MAP_ANONYMOUS``, e.g. Windows) the blocks are ordinary ``torch.zeros``
-memory; where the kernel has no ``MADV_HUGEPAGE`` or transparent huge pages are ``never``, ordinary 4 KiB pages.
+that a layer's weights are read as one stream; ``bench.models.load`` calls it); :func:`cpu_zeros` gives zeroed
+tensors carved from one block (the static decode cache's K/V, ``DecodeKernels.zeros`` of
+:data:`bench.cpu_decode.KERNELS`). Elsewhere (no ``MAP_ANONYMOUS``, e.g. Windows) the blocks are ordinary
+``torch.zeros`` memory; where the kernel has no ``MADV_HUGEPAGE`` or transparent huge pages are ``never``, ordinary
+4 KiB pages.
 """
 
 from __future__ import annotations

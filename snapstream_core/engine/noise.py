@@ -1,0 +1,81 @@
+"""Per-sample randomness: counter-based noise keyed on (seed, item, sample, step), and Gumbel-max token choice.
+
+Sample ``i`` of item ``x`` draws its token at step ``t`` from ``uniform(key(seed, x, i), t, v)`` for every vocabulary
+entry ``v``: a SplitMix64 hash of the counters, computed with int64 torch ops (wrapping multiplication, logical
+shifts by masking), so it is vectorised, needs no host synchronisation, and gives the same numbers on every device
+and in every batch. ``argmax(logits / temperature + Gumbel(u))`` over the entries the top-k/top-p filters keep is an
+exact draw from the filtered softmax (the Gumbel-max trick). Nothing here reads or advances torch's global RNG.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import torch
+
+from snapstream_core.sampling import SamplingConfig
+
+_MASK64 = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15
+_M1 = 0xBF58476D1CE4E5B9
+_M2 = 0x94D049BB133111EB
+
+
+def _signed(x: int) -> int:
+    """An unsigned 64-bit integer as the int64 with the same bits."""
+    x &= _MASK64
+    return x - (1 << 64) if x >= 1 << 63 else x
+
+
+def _mix_int(x: int) -> int:
+    """SplitMix64's finaliser on a Python int (unsigned 64-bit result)."""
+    x &= _MASK64
+    x = ((x ^ (x >> 30)) * _M1) & _MASK64
+    x = ((x ^ (x >> 27)) * _M2) & _MASK64
+    return x ^ (x >> 31)
+
+
+def _shr(x: torch.Tensor, s: int) -> torch.Tensor:
+    """Logical right shift of int64 bits (torch's ``>>`` is arithmetic)."""
+    return (x >> s) & ((1 << (64 - s)) - 1)
+
+
+def _mix(x: torch.Tensor) -> torch.Tensor:
+    """SplitMix64's finaliser on int64 tensors (bit-identical to :func:`_mix_int`)."""
+    x = (x ^ _shr(x, 30)) * _signed(_M1)
+    x = (x ^ _shr(x, 27)) * _signed(_M2)
+    return x ^ _shr(x, 31)
+
+
+def item_key(item_id: str) -> int:
+    """A stable 32-bit key of an item id (the same in every process: no Python ``hash``)."""
+    return zlib.crc32(str(item_id).encode())
+
+
+def sample_key(seed: int, item: int, sample_idx: int) -> int:
+    """The int64 key of sample ``sample_idx`` of item key ``item`` under ``gen.seed``."""
+    x = _mix_int(int(seed) + _GOLDEN)
+    x = _mix_int(x ^ (int(item) * _GOLDEN))
+    x = _mix_int(x ^ ((int(sample_idx) + 1) * _M2))
+    return _signed(x)
+
+
+def uniforms(keys: torch.Tensor, steps: torch.Tensor, vocab: int) -> torch.Tensor:
+    """keys (R,) int64, steps (R,) int64 -> (R, vocab) float32 uniforms in (0, 1), a pure function of each row's
+    (key, step) and the vocabulary index."""
+    row = _mix(keys + (steps + 1) * _signed(_GOLDEN))  # (R,)
+    v = torch.arange(vocab, device=keys.device, dtype=torch.int64)
+    bits = _shr(_mix(row[:, None] ^ (v * _signed(_M1) + _signed(_GOLDEN))), 40)  # 24 random bits
+    return (bits.to(torch.float32) + 0.5) * (1.0 / (1 << 24))
+
+
+def pick_tokens(
+    logits: torch.Tensor, sampling: SamplingConfig, keys: torch.Tensor, steps: torch.Tensor
+) -> torch.Tensor:
+    """Next tokens (R,) long from logits (R, V) float32: greedy (argmax) at temperature 0, else Gumbel-max over the
+    temperature/top-k/top-p filtered logits with each row's noise at its own step."""
+    if not sampling.do_sample:
+        return logits.argmax(-1)
+    filtered = sampling.warpers()(None, logits)  # temperature, then top-k / top-p as -inf (rows independent)
+    u = uniforms(keys, steps, logits.shape[-1])
+    return (filtered - torch.log(-torch.log(u))).argmax(-1)
