@@ -54,6 +54,20 @@ def harness_version() -> str | None:
         return None
 
 
+# How a sampled token is drawn, in the identity of every sampled run: a run directory written by an earlier scheme
+# (one torch RNG seeded per batch) is never resumed with samples of another. The engine draws from counter-based
+# noise keyed on (gen.seed, item, sample, step) (snapstream_core/engine/noise.py); positions=in_cache runs go through
+# generate(), seeded per item from torch's RNG (evals/backends/hf.py).
+SAMPLERS = {"engine": "counter-gumbel-v1", "generate": "torch-rng-per-item-v1"}
+
+
+def sampler_of(gen: dict[str, Any], method_knobs: dict[str, Any]) -> str | None:
+    """The sampling scheme of a run (None when greedy: no randomness is drawn)."""
+    if not float(gen.get("temperature") or 0) > 0:
+        return None
+    return SAMPLERS["generate" if method_knobs.get("positions") == "in_cache" else "engine"]
+
+
 def run_identity(container: dict[str, Any], method_knobs: dict[str, Any], weights: str, items: list[Any]) -> dict:
     """The identity of a run from its resolved config (``OmegaConf.to_container(cfg, resolve=True)``)."""
     backend = dict(container["backend"])
@@ -71,7 +85,8 @@ def run_identity(container: dict[str, Any], method_knobs: dict[str, Any], weight
             "items_read": len(items),
         },
         "compression": method_knobs,
-        "gen": {k: v for k, v in container["gen"].items() if k not in drop["gen"]},
+        "gen": {k: v for k, v in container["gen"].items() if k not in drop["gen"]}
+        | ({"sampler": sampler} if (sampler := sampler_of(container["gen"], method_knobs)) else {}),
         "backend": backend,
         "harness": harness_version(),
     }

@@ -81,6 +81,7 @@ class RunPlan:
     weights: str
     identity: dict[str, Any]
     fingerprint: str
+    rows: int | str | None = None  # gen.rows for the backend: the planner's choice on CUDA, else as configured
 
 
 def check(cfg: DictConfig) -> Checked:
@@ -160,6 +161,7 @@ def plan(cfg: DictConfig, run_dir: Path | None = None) -> RunPlan:
     ``run_dir`` of the config, in a ``fp-<fingerprint>`` folder, so two runs that differ anywhere never share one.
     """
     c = check(cfg)
+    rows = None
     items = c.task.load(cfg.task)
     if not items:
         raise ValueError("task: no items to evaluate (check task.limit and the filters)")
@@ -171,6 +173,7 @@ def plan(cfg: DictConfig, run_dir: Path | None = None) -> RunPlan:
 
         weights = weights_identity(cfg.model)
         container = {**container, "model": {**container["model"], "device": resolved_device(cfg.model)}}
+        rows = _planned_rows(cfg, container["model"]["device"])
     identity = run_identity(container, c.method.knobs(), weights, items)
     fp = fingerprint(identity)
     run_dir = Path(run_dir) if run_dir is not None else Path(c.container["run_dir"]) / f"fp-{fp}"
@@ -190,7 +193,22 @@ def plan(cfg: DictConfig, run_dir: Path | None = None) -> RunPlan:
         weights=weights,
         identity=identity,
         fingerprint=fp,
+        rows=rows,
     )
+
+
+def _planned_rows(cfg: DictConfig, device: str) -> int | None:
+    """On CUDA, before any weights load: refuse (one line naming the job and its need) a job whose peak does not fit
+    ``plan.memory_gib``, and resolve ``gen.rows=auto`` to the most rows that fit (:func:`evals.plan.job.choose_rows`,
+    the same memory model ``python -m evals.plan`` prints). Elsewhere None: the backend's own default."""
+    if not str(device).startswith("cuda"):
+        return None
+    from evals.plan.job import choose_rows
+
+    rows = choose_rows(cfg)
+    log.info("planner: gen.rows=%s -> %d decode rows within plan.memory_gib=%s", cfg.gen.get("rows", "auto"), rows,
+             cfg.get("plan", {}).get("memory_gib", 80))
+    return rows
 
 
 def run(cfg: DictConfig, run_dir: Path | None = None) -> Path:
@@ -258,7 +276,7 @@ def _generate_and_score(cfg: DictConfig, p: RunPlan, items: list, replay=None) -
     backend reports for ``meta.json``."""
     samples_path = p.run_dir / SAMPLES
     done = done_keys(read_rows(samples_path))
-    backend = replay or make_backend(cfg, p.method, p.sampling)
+    backend = replay or make_backend(cfg, p.method, p.sampling, rows=p.rows)
     work = _pending_work(backend, p, items, done)
     if done:
         log.info("resuming %s: %d rows already there, %d items to go", p.run_dir, len(done), len(work))

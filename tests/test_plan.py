@@ -125,9 +125,9 @@ def test_rows_fill_the_budget_and_respect_gen_rows():
     assert rows > 1 and peak_bytes(job, rows) <= (80 - 2) * GIB < peak_bytes(job, rows + 1)
     assert choose_rows(job, memory_gib=40) < rows
     assert choose_rows(_job("task.limit=1", "gen.n_samples=3")) == 3  # never more rows than samples
-    assert choose_rows(_job("+gen.rows=7")) == 7
+    assert choose_rows(_job("gen.rows=7")) == 7
     with pytest.raises(ValueError, match=r"^gen\.rows: llama31_8b_instruct aime24 none n=1 needs .* GiB at 10000 row"):
-        check_fits(_job("+gen.rows=10000"))
+        check_fits(_job("gen.rows=10000"))
 
 
 @pytest.mark.parametrize(

@@ -31,15 +31,16 @@ def backend_class(name: str) -> type:
     return getattr(importlib.import_module(module), cls)
 
 
-def make_backend(cfg: Any, method, sampling) -> Backend:
+def make_backend(cfg: Any, method, sampling, rows: int | None = None) -> Backend:
     """Build the backend named by ``cfg.backend.name``: a replaying backend from ``backend.path`` (and
     ``backend.partial``), a generating one from the model config, the method, the sampling settings,
-    ``gen.compile``, ``gen.rows`` and ``gen.seed``."""
+    ``gen.compile``, ``gen.rows`` (``rows``, when given: the planner's choice on CUDA) and ``gen.seed``."""
     cls = backend_class(cfg.backend.name)
     if cls.replays:
         return cls(cfg.backend.path, partial=bool(cfg.backend.get("partial", False)))
     gen = cfg.gen
-    return cls(cfg.model, method, sampling, compile=gen.get("compile", "auto"), rows=gen.get("rows", "auto"),
+    rows = rows if rows is not None else gen.get("rows", "auto")
+    return cls(cfg.model, method, sampling, compile=gen.get("compile", "auto"), rows=rows,
                seed=int(gen.get("seed", 0)))
 
 

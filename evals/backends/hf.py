@@ -234,10 +234,10 @@ def legacy_seed(seed: int, key: str) -> int:
 def choose_rows(model, method: CompressionMethod, sampling: SamplingConfig, n_items: int | None = None) -> int:
     """``gen.rows=auto``: how many decode rows to hold at once.
 
-    THE INTEGRATION POINT for the planner (``evals/plan.py``): on CUDA it should return the planner's choice for
-    this model, method and sampling (the most rows whose ``decode_peak`` fits ``plan.memory_gib``). Until it is
-    wired in: on CUDA every sample of an item at once, at most 8; on CPU one row (the engine runs rows one by one
-    there, so more rows add memory and no speed)."""
+    The runner resolves ``auto`` on CUDA before the weights load, with the planner (``evals.plan.job.choose_rows``:
+    the most rows whose peak fits ``plan.memory_gib``), and passes the integer. This fallback serves the backend
+    built directly (no run config): on CUDA every sample of an item at once, at most 8; on CPU one row (the engine
+    runs rows one by one there, so more rows add memory and no speed)."""
     if model.device.type != "cuda":
         return 1
     return max(1, min(sampling.n * (n_items or 1), 8))
