@@ -101,10 +101,12 @@ def check_model_config(model_cfg: Any) -> None:
 
 def _check_device(device: str) -> None:
     """``auto``, ``cpu``, ``mps`` or ``cuda[:i]`` that this torch can use."""
-    import torch
-
     if device in ("auto", "cpu"):
         return
+    if not re.fullmatch(r"cuda(:\d+)?|mps", device):
+        raise ValueError(f"model.device: must be auto, cpu, cuda, cuda:<i> or mps, got {device!r}")
+    import torch
+
     if re.fullmatch(r"cuda(:\d+)?", device):
         if not torch.cuda.is_available():
             raise ValueError(
@@ -200,10 +202,10 @@ def _check_hub_reachable(hub_id: str | None, revision: str | None = None) -> Non
 
 def resolved_device(model_cfg: Any) -> str:
     """``model.device`` with ``auto`` resolved as :func:`load_model` will (what the run identity records)."""
-    import torch
-
     if model_cfg.device != "auto":
         return model_cfg.device
+    import torch
+
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
