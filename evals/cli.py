@@ -16,6 +16,12 @@ from pathlib import Path
 CONF = Path(__file__).resolve().parent.parent / "conf"
 GROUPS = ("model", "task", "compression", "backend", "gen", "experiment", "hydra/launcher")
 MAX_LISTED = 20  # bad combinations printed (then a count)
+_PLANNED: list[int] = []  # jobs of the command line checked by precheck (read by evals.progress)
+
+
+def planned_jobs() -> int | None:
+    """How many jobs the last :func:`precheck` of this process checked (None before any)."""
+    return _PLANNED[-1] if _PLANNED else None
 
 
 class UserError(Exception):
@@ -116,6 +122,7 @@ def validate(args: list[str]) -> list[str]:
             given = [a for a in args if not a.startswith("-")]
             params = _sweeper_params(given) if multirun else []
             combos = expand(params + given, multirun)  # later overrides win, as in BasicSweeper
+            _PLANNED.append(len(combos))
             bad = []
             for combo in combos:
                 try:

@@ -42,7 +42,7 @@ def interrupted(base: Path | None) -> None:
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
-def main(cfg: DictConfig) -> None:
+def main(cfg: DictConfig) -> str | None:
     hc = HydraConfig.get()
     explicit = any(o.split("=", 1)[0].lstrip("+~") in EXPLICIT_DIR for o in hc.overrides.hydra)
     base = Path(hc.runtime.output_dir) if explicit else Path(str(cfg.run_dir))
@@ -50,7 +50,7 @@ def main(cfg: DictConfig) -> None:
         from evals.runner import run
 
         # An explicit hydra.run.dir / hydra.sweep.* is the run directory; by default the runner adds fp-<fingerprint>.
-        run(cfg, Path(hc.runtime.output_dir) if explicit else None)
+        return str(run(cfg, Path(hc.runtime.output_dir) if explicit else None))  # the sweep's progress reads it
     except KeyboardInterrupt:
         interrupted(base)
     except (ValueError, UserError) as exc:
