@@ -211,19 +211,21 @@ def ratio_terms(task: ModuleType, rows: pd.DataFrame, cfg, point: pd.DataFrame) 
 
 
 def with_uncertainty(task: ModuleType, rows: pd.DataFrame, cfg, *, iters: int = BOOTSTRAP_ITERS,
-                     seed: int = SEED, fast: bool = True) -> pd.DataFrame:
+                     seed: int = SEED, fast: bool = True, wilson_rates: bool = True) -> pd.DataFrame:
     """:func:`metric_rows` plus ``stderr, ci_lo, ci_hi, unit`` (NaN where a value has no spread to estimate).
 
     The replicates of the rows :func:`ratio_terms` covers come from :func:`evals.stats.ratio_replicates` on the
     resamples' item counts; the others from ``summarize`` on each resample (``fast=False``: every row so, the
-    reference the fast path is tested against). Both use the same resamples, so the numbers agree."""
+    reference the fast path is tested against). Both use the same resamples, so the numbers agree. ``wilson_rates``
+    (default): a rate whose items each score 0 or 100 gets its Wilson interval instead (:func:`_binary_trials`)."""
     point = metric_rows(task, rows, cfg).reset_index(drop=True)
     if hook(task, "REPORTS_STDERR"):
         return fold_own_stderr(point)
     keys = list(zip(point["metric"], point["group"]))
     n_items, take = item_resampler(rows)
     reps = np.full((iters, len(keys)), np.nan)
-    covered = ratio_terms(task, rows, cfg, point) if fast and n_items >= 1 else {}
+    found = ratio_terms(task, rows, cfg, point) if (fast or wilson_rates) and n_items >= 1 else {}
+    covered = found if fast else {}
     if n_items >= 2:
         if covered:
             cols = sorted(covered)
@@ -241,7 +243,7 @@ def with_uncertainty(task: ModuleType, rows: pd.DataFrame, cfg, *, iters: int = 
     est = [from_replicates(float(v), reps[:, j], n_items) for j, v in enumerate(point["value"])]
     stderr, lo, hi, how = [], [], [], []
     for j, e in enumerate(est):
-        trials = _binary_trials(covered.get(j), float(e.value), int(point["n"].iloc[j]), e)
+        trials = _binary_trials(found.get(j), float(e.value), int(point["n"].iloc[j]), e) if wilson_rates else None
         if RATE.match(str(keys[j][0])) and trials is not None:
             k, n = trials
             w_lo, w_hi = wilson(k, n)
