@@ -43,6 +43,9 @@ def interrupted(base: Path | None) -> None:
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> str | None:
+    from evals.logonce import install
+
+    install()  # after Hydra configured logging: every warning once per process
     hc = HydraConfig.get()
     explicit = any(o.split("=", 1)[0].lstrip("+~") in EXPLICIT_DIR for o in hc.overrides.hydra)
     base = Path(hc.runtime.output_dir) if explicit else Path(str(cfg.run_dir))

@@ -255,7 +255,7 @@ def _run_locked(cfg: DictConfig, p: RunPlan, replay) -> Path:
         "versions": versions(),
         "git_commit": git_commit(),
         "git_dirty": git_dirty(),
-        "device": device_info(),
+        "device": device_info(torch_info=backend_traits(cfg.backend.name).loads_weights),
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
     write_atomic(p.run_dir / META, json.dumps(meta, indent=2, default=str))
@@ -277,8 +277,6 @@ def _run_locked(cfg: DictConfig, p: RunPlan, replay) -> Path:
 
 def _generate_and_score(cfg: DictConfig, p: RunPlan, items: list, replay=None) -> dict[str, Any]:
     """Generate and score what is missing; returns what the backend reports for ``meta.json``."""
-    import torch
-
     samples_path = p.run_dir / SAMPLES
     done = done_keys(read_rows(samples_path))
     backend = replay or make_backend(cfg, p.method, p.sampling)
@@ -304,7 +302,7 @@ def _generate_and_score(cfg: DictConfig, p: RunPlan, items: list, replay=None) -
             system = None if cfg.model.thinking else cfg.model.system_prompt  # what the hf backend prepends
             hashes = prompts.add([prompt_record(r.prompt, system) for r in requests if r.prompt is not None])
             prompt_hashes = dict(zip((id(r) for r in requests if r.prompt is not None), hashes))
-            torch.manual_seed(_seed(p.seed, str(batch[0][0].item_id)))
+            _manual_seed(backend, _seed(p.seed, str(batch[0][0].item_id)))
             outputs = backend.generate(requests)
             if hook(p.task, "followup") is not None and backend.supports_followup:
                 _followups(cfg, p, backend, requests, outputs)
@@ -354,6 +352,14 @@ def _batches(work: list, size: int):
         batch.append(entry)
     if batch:
         yield batch
+
+
+def _manual_seed(backend, value: int) -> None:
+    """Seed torch's generator for a backend that generates (a replay imports no torch)."""
+    if backend.loads_weights:
+        import torch
+
+        torch.manual_seed(value)
 
 
 def _seed(seed: int, key: str) -> int:
