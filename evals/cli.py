@@ -2,8 +2,8 @@
 
 Every combination of a ``-m`` sweep is expanded with Hydra's own override grammar (``OverridesParser`` with the
 config loader, as ``BasicSweeper.sweep`` / ``split_arguments`` do: lists, ``range()``, ``choice()``, ``glob()``,
-quoted values), composed and checked (:func:`evals.runner.check`, no data read, no weights loaded). Bad ones are
-listed, one line each, and nothing runs.
+quoted values), composed and checked (:func:`evals.runner.check`: no data read, no weights loaded, no network, no
+torch). Bad ones are listed, one line each, and nothing runs.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def check_combination(overrides: list[str]) -> None:
     with open_dict(cfg):
         del cfg["hydra"]  # its runtime interpolations resolve only inside a running job
     try:
-        check(cfg)
+        check(cfg, offline=True)  # no network, no data: the job checks the hub once before it loads anything
     except ValueError as exc:
         raise UserError(_one_line(exc)) from None
 

@@ -79,8 +79,9 @@ def embedded_dir() -> Path:
     return target
 
 
-def check_model_config(model_cfg: Any) -> None:
-    """Validate the model node and that its weights can be reached, before anything is loaded."""
+def check_model_config(model_cfg: Any, reach: bool = True) -> None:
+    """Validate the model node and that its weights can be reached, before anything is loaded (``reach=False``: the
+    hub is not asked; the sweep check uses it, and the job asks once)."""
     source = model_cfg.source
     if source not in SOURCES:
         raise ValueError(f"model.source: must be one of {SOURCES}, got {source!r}")
@@ -94,7 +95,10 @@ def check_model_config(model_cfg: Any) -> None:
     elif source == "embedded":
         embedded_gguf()
     elif source == "hub":
-        _check_hub_reachable(model_cfg.hub_id, hub_revision(model_cfg))
+        if not model_cfg.hub_id:
+            raise ValueError("model.hub_id: required with model.source=hub")
+        if reach:
+            _check_hub_reachable(model_cfg.hub_id, hub_revision(model_cfg))
     if model_cfg.get("revision") is not None and source != "hub":
         raise ValueError(f"model.revision: pins a hub commit, only with model.source=hub (got source={source!r})")
 

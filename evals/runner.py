@@ -77,10 +77,11 @@ class RunPlan:
     fingerprint: str
 
 
-def check(cfg: DictConfig) -> Checked:
+def check(cfg: DictConfig, *, offline: bool = False) -> Checked:
     """Validate the whole config (raises ``ValueError`` naming the field) without reading data or loading a model.
 
-    Cheap enough to run for every combination of a sweep before its first job starts (:mod:`evals.cli`).
+    Cheap enough to run for every combination of a sweep before its first job starts (:mod:`evals.cli`, with
+    ``offline``: the model hub is not asked, each job asks once before it loads anything). Imports no torch.
     """
     try:
         container = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
@@ -118,7 +119,7 @@ def check(cfg: DictConfig) -> Checked:
     if backend.loads_weights:
         from evals.models import check_model_config
 
-        check_model_config(cfg.model)
+        check_model_config(cfg.model, reach=not offline)
         _check_family(container)
     if backend.replays and not Path(cfg.backend.path).is_file():
         raise ValueError(f"backend.path: no such file: {cfg.backend.path}")
