@@ -17,6 +17,7 @@ log = logging.getLogger(__name__)
 
 # Keys a Hydra `compression` node may carry that are not knobs (naming of run directories).
 NON_KNOBS = ("tag",)
+_SAID: set[tuple[str, tuple[str, ...]]] = set()  # (method, ignored knobs) already logged
 
 
 def compression_from_config(cfg: Mapping[str, Any]) -> CompressionMethod:
@@ -43,8 +44,11 @@ def compression_from_config(cfg: Mapping[str, Any]) -> CompressionMethod:
     if ignored:
         # Every Hydra `compression` node carries the same keys, so one sweep can set a knob for all methods; a knob
         # the method does not have is said once (it is not in the run's tag, rows or fingerprint either).
-        log.warning("compression=%s has no knob %s: not used by this run", name,
-                    ", ".join(f"{k}={cfg[k]!r}" for k in ignored))
+        said = (name, tuple(ignored))
+        if said not in _SAID:  # once per process: a sweep's check builds the method for every combination
+            _SAID.add(said)
+            log.info("compression=%s has no knob %s: not used by this run", name,
+                     ", ".join(f"{k}={cfg[k]!r}" for k in ignored))
     return cls(**{k: v for k, v in cfg.items() if k in allowed})
 
 
