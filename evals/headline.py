@@ -100,7 +100,7 @@ def headline_text(res: dict[str, Any]) -> str:
     if res["kv_mib_mean_peak"] is not None:
         cost.append(f"KV held {res['kv_mib_mean_peak']:.2f} MiB (mean peak)")
     if res["gen_tokens_per_s"] is not None:
-        cost.append(f"{res['gen_tokens_per_s']:.1f} gen tokens/s")
+        cost.append(f"{res['gen_tokens_per_s']:.1f} tokens/s generated (prefill included)")
     lines.append("  " + " · ".join(cost))
     if res["small_n"]:
         lines.append(f"  fewer than {SMALL_N} items: a pipeline check, not a finding")

@@ -23,8 +23,16 @@ BEHAVIOUR = {  # summary metric -> column title
     "mean_kv_bytes_peak": "KV held (MiB, mean peak)",
 }
 DASH = "—"
+# The report's task order: the diagnostic that shows what compression does first, then the long-context benchmark,
+# then the long-generation ones; other tasks after them, alphabetically.
+TASK_ORDER = ("needle", "longbench_v2", "aime24", "livecodebench")
 MIB = 1024 * 1024
 NOT_MEANINGFUL = "n.m."  # Δ / p on fewer than SMALL_N paired items: shown, but marked not meaningful
+
+
+def task_rank(task: str) -> int:
+    """Position of ``task`` in :data:`TASK_ORDER` (others after it)."""
+    return TASK_ORDER.index(task) if task in TASK_ORDER else len(TASK_ORDER)
 
 
 def variant_knobs(frame: pd.DataFrame) -> list[str]:
@@ -128,8 +136,9 @@ def headline(summary: pd.DataFrame) -> pd.DataFrame:
     for metric in BEHAVIOUR:
         if metric not in out.columns:
             out[metric] = math.nan
-    out = out.sort_values(["model", "task", "method", "prompt_budget", "run"], na_position="first")
-    out = out.reset_index(drop=True)
+    out["_task_rank"] = out["task"].map(task_rank)
+    out = out.sort_values(["model", "_task_rank", "task", "method", "prompt_budget", "run"], na_position="first")
+    out = out.drop(columns="_task_rank").reset_index(drop=True)
     out["label"] = assign_labels(out)
     return out
 
@@ -227,7 +236,8 @@ def breakdown_tables(summary: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     """Per task and metric with groups (LongBench-v2 difficulty/length/domain, LCB difficulty, needle depth, AIME
     exam): one row per run (its knobs that vary), one column per group, ``value ± stderr``."""
     tables = []
-    for (task, metric), frame in summary.groupby(["task", "metric"], sort=False):
+    groups = sorted(summary.groupby(["task", "metric"], sort=False), key=lambda kv: task_rank(kv[0][0]))
+    for (task, metric), frame in groups:
         if metric.startswith("mean_") or frame["group"].nunique() < 2:
             continue
         knobs = [k for k in variant_knobs(frame) if k != "recent" and frame[k].nunique() > 1]
