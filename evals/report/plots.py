@@ -101,8 +101,8 @@ def frontier(frame: pd.DataFrame, path: Path, plt) -> Path | None:
     ax.xaxis.set_major_formatter(FuncFormatter(_human_bytes if x_col.endswith("bytes_peak") else _plain))
     ax.margins(x=0.08)
     what = "bytes, all layers" if x_col.endswith("bytes_peak") else "tokens per layer and KV head"
-    ax.set_xlabel(f"KV held per sequence ({what}, measured peak, log scale); ★ full cache"
-                  + ("; | at gen.max_new_tokens" if len(bound) else ""))
+    ax.set_xlabel(f"KV per sequence ({what}, measured peak, log)\n★ full cache"
+                  + ("   | the same run at gen.max_new_tokens" if len(bound) else ""))
     _y_axis(ax, frame)
     model, task = frame["model"].iloc[0], frame["task"].iloc[0]
     ax.set_title(f"{task} · {model}: {frame['metric'].iloc[0]} vs KV memory held per sequence")
