@@ -49,7 +49,7 @@ def test_generation_precedence_cli_over_model_over_task():
 
 def test_the_smoke_experiments_size_every_task():
     needle = compose_cfg(["+experiment=smoke"])  # part 1: the measured needle sweep
-    assert needle.model.name == "smollm2_135m" and needle.task.name == "needle" and needle.task.limit == 8
+    assert needle.model.name == "smollm2_135m" and needle.task.name == "needle" and needle.task.limit == 6
     assert (needle.task.depth_lo, needle.task.depth_hi) == (0.05, 0.95)  # early, middle and late keys
     plan(needle)
     for task in ("longbench_v2", "aime24", "livecodebench"):  # part 2: pipeline checks
