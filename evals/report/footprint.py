@@ -87,10 +87,12 @@ def inversion_notes(head: pd.DataFrame) -> list[str]:
             gen = run.get("mean_gen_tokens")
             gen_text = f"{gen:.0f} tokens on average" if pd.notna(gen) else "few tokens"
             bound = run.get("kv_mib_at_max_new", math.nan)
-            at_max = (f" At gen.max_new_tokens it holds at most {bound:.2f} MiB against the full cache's "
-                      f"{full_bound:.2f} MiB." if pd.notna(bound) and pd.notna(full_bound) else "")
+            at_max = (f" The entries it uses at gen.max_new_tokens come to {bound:.2f} MiB (full cache: "
+                      f"{full_bound:.2f} MiB); the rest are slots reserved for longer generations, over which the full "
+                      "cache keeps growing and the method does not." if pd.notna(bound) and pd.notna(full_bound)
+                      else "")
             notes.append(f"{task} · {model}: {run['label']}{budget} held {held:.2f} MiB, more than the full cache's "
-                         f"{full_mib:.2f} MiB, because its generations were short ({gen_text}): the full cache holds "
-                         f"only the prompt and what was generated, while the method reserves its budget and ring "
-                         f"slots from the start.{at_max}")
+                         f"{full_mib:.2f} MiB, because the generations were short ({gen_text}): the full cache grows "
+                         f"with what it holds, while the method allocates its budget and ring slots when decoding "
+                         f"starts.{at_max}")
     return notes
