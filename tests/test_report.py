@@ -134,3 +134,28 @@ def test_report_writes_markdown_html_and_plots_and_prints_headline(tmp_path, cap
 def test_report_of_an_empty_folder_is_one_error(tmp_path, capsys):
     assert main([str(tmp_path)]) == 2
     assert "no summary.csv" in capsys.readouterr().err
+
+
+def test_a_ring_that_holds_more_than_the_full_cache_on_short_generations_is_explained(tmp_path):
+    from evals.report.footprint import inversion_notes, kv_at_max_new
+
+    runs = []
+    for name, knobs, kv_bytes, kv_tokens in (("full", {"method": "none"}, 200 * 1024, 200),
+                                             ("ring", {"method": "streaming_llm", "prompt_budget": 1024}, 1028 * 1024,
+                                              1028)):
+        run_dir = tmp_path / name
+        run_dir.mkdir()
+        pd.DataFrame({"item_id": ["a", "b"], "prompt_tokens": [100, 100], "kv_tokens_peak": [kv_tokens] * 2,
+                      "kv_bytes_peak": [kv_bytes] * 2}).to_csv(run_dir / "samples.csv", index=False)
+        (run_dir / "meta.json").write_text(json.dumps({"identity": {"compression": knobs},
+                                                       "config": {"gen": {"max_new_tokens": 4000}}}))
+        runs.append({"run": name, "run_dir": str(run_dir), "model": "m", "task": "aime24", "method": knobs["method"],
+                     "label": knobs["method"], "prompt_budget": knobs.get("prompt_budget"),
+                     "mean_kv_bytes_peak": float(kv_bytes), "mean_gen_tokens": 100.0})
+    head = pd.DataFrame(runs)
+    head["kv_mib_at_max_new"] = kv_at_max_new(head)
+    # 1 KiB per entry; at 4000 new tokens the full cache holds 100 + 4000 entries, the ring sinks + recent = 1024
+    assert head["kv_mib_at_max_new"].tolist() == pytest.approx([4100 / 1024, 1024 / 1024])
+    [note] = inversion_notes(head)
+    assert note.startswith("aime24 · m: streaming_llm @ 1024 held 1.00 MiB, more than the full cache's 0.20 MiB")
+    assert "at gen.max_new_tokens come to 1.00 MiB (full cache: 4.00 MiB)" in note
