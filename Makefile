@@ -31,8 +31,9 @@ $(STAMP): pyproject.toml constraints.txt
 
 setup: $(STAMP) ## create .venv with the pinned environment (idempotent; fast when nothing changed)
 
-eval: setup ## run the smoke experiment (embedded model, bundled items, all tasks, none vs compression) + report
+eval: setup ## the demo: needle accuracy vs budget per method (embedded model) + the other tasks as pipeline checks + report
 	$(PY) -m evals.run -m +experiment=smoke $(ARGS)
+	$(PY) -m evals.run -m +experiment=smoke_pipeline $(ARGS)
 	$(PY) -m evals.report results/smoke
 
 sweep: setup ## a multirun sweep; pass Hydra overrides in ARGS="task=needle compression=none,snapstream"

@@ -301,6 +301,9 @@ def warm_up(model, prompts, cases: list[Case], cfg: BenchConfig, context: int) -
     """One short group of every kind in ``cases`` (first-call costs: kernel selection, allocator growth, compiling
     the decode step); returns the first decode step's seconds of each compiled kind (its compile time)."""
     kinds = {(c.attn, c.method, c.batch) for c in cases}
+    compiling = sorted(f"{a}/{m}/b{b}" for a, m, b in kinds if is_compiled(m))
+    if compiling:  # minutes on a CPU: say so before the wait, not after
+        log.info("compiling the decode step of %s (torch.compile, first call; minutes on a CPU)", ", ".join(compiling))
     rows = measure_group(model, prompts, [Case(a, m, context, b) for a, m, b in sorted(kinds)], cfg, steps=2)
     compile_s = {
         f"{r['attn']}/{r['method']}/b{r['batch']}": round(r["first_step_s"], 3)

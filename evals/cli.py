@@ -2,8 +2,8 @@
 
 Every combination of a ``-m`` sweep is expanded with Hydra's own override grammar (``OverridesParser`` with the
 config loader, as ``BasicSweeper.sweep`` / ``split_arguments`` do: lists, ``range()``, ``choice()``, ``glob()``,
-quoted values), composed and checked (:func:`evals.runner.check`, no data read, no weights loaded). Bad ones are
-listed, one line each, and nothing runs.
+quoted values), composed and checked (:func:`evals.runner.check`: no data read, no weights loaded, no network, no
+torch). Bad ones are listed, one line each, and nothing runs.
 """
 
 from __future__ import annotations
@@ -16,6 +16,12 @@ from pathlib import Path
 CONF = Path(__file__).resolve().parent.parent / "conf"
 GROUPS = ("model", "task", "compression", "backend", "gen", "experiment", "hydra/launcher")
 MAX_LISTED = 20  # bad combinations printed (then a count)
+_PLANNED: list[int] = []  # jobs of the command line checked by precheck (read by evals.progress)
+
+
+def planned_jobs() -> int | None:
+    """How many jobs the last :func:`precheck` of this process checked (None before any)."""
+    return _PLANNED[-1] if _PLANNED else None
 
 
 class UserError(Exception):
@@ -92,7 +98,7 @@ def check_combination(overrides: list[str]) -> None:
     with open_dict(cfg):
         del cfg["hydra"]  # its runtime interpolations resolve only inside a running job
     try:
-        check(cfg)
+        check(cfg, offline=True)  # no network, no data: the job checks the hub once before it loads anything
         for field, path in (("hydra.run.dir", out_dir), ("out_root", cfg.get("out_root"))):
             if path:
                 check_writable(Path(path), field)
@@ -129,6 +135,7 @@ def validate(args: list[str]) -> list[str]:
             given = [a for a in args if not a.startswith("-")]
             params = _sweeper_params(given) if multirun else []
             combos = expand(params + given, multirun)  # later overrides win, as in BasicSweeper
+            _PLANNED.append(len(combos))
             bad = []
             for combo in combos:
                 try:

@@ -71,9 +71,9 @@ def sampler_of(gen: dict[str, Any], method_knobs: dict[str, Any]) -> str | None:
 def run_identity(container: dict[str, Any], method_knobs: dict[str, Any], weights: str, items: list[Any]) -> dict:
     """The identity of a run from its resolved config (``OmegaConf.to_container(cfg, resolve=True)``)."""
     backend = dict(container["backend"])
-    from evals.backends import BACKENDS, backend_class
+    from evals.backends import BACKENDS, backend_traits
 
-    if backend.get("name") in BACKENDS and backend_class(backend["name"]).replays:  # check() refuses other names
+    if backend.get("name") in BACKENDS and backend_traits(backend["name"]).replays:  # check() refuses other names
         backend["file_sha256"] = file_sha256(backend["path"])
         backend.pop("path", None)  # the content is the identity, not where it lies
     drop = {k: set(v) for k, v in NOT_RESULT_KEYS.items()}

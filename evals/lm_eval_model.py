@@ -23,7 +23,6 @@ the ``prompt_hash`` of each context in the batch (the key lm-eval's ``--log_samp
 
 from __future__ import annotations
 
-import difflib
 import inspect
 import json
 import logging
@@ -35,6 +34,7 @@ from lm_eval.models.huggingface import HFLM
 from lm_eval.utils import hash_string
 
 from snapstream_core import CompressionMethod, attach, compression_from_config, make_cache
+from snapstream_core.hints import did_you_mean
 from snapstream_core.methods import knob_names
 
 log = logging.getLogger(__name__)
@@ -66,8 +66,7 @@ def check_model_args(kwargs: dict[str, Any]) -> None:
     known = [*knobs, *sorted(hflm), *MODEL_KWARGS]
     for key in kwargs:
         if key not in known:
-            close = difflib.get_close_matches(key, known, n=1)
-            hint = f" Did you mean '{close[0]}'?" if close else ""
+            hint = did_you_mean(key, known)
             raise ValueError(f"model_args {key}: not a compression knob ({', '.join(knobs)}), an HFLM argument or "
                              f"one of {', '.join(MODEL_KWARGS)}.{hint}")
 

@@ -79,8 +79,9 @@ def embedded_dir() -> Path:
     return target
 
 
-def check_model_config(model_cfg: Any) -> None:
-    """Validate the model node and that its weights can be reached, before anything is loaded."""
+def check_model_config(model_cfg: Any, reach: bool = True) -> None:
+    """Validate the model node and that its weights can be reached, before anything is loaded (``reach=False``: the
+    hub is not asked; the sweep check uses it, and the job asks once)."""
     source = model_cfg.source
     if source not in SOURCES:
         raise ValueError(f"model.source: must be one of {SOURCES}, got {source!r}")
@@ -94,17 +95,22 @@ def check_model_config(model_cfg: Any) -> None:
     elif source == "embedded":
         embedded_gguf()
     elif source == "hub":
-        _check_hub_reachable(model_cfg.hub_id, hub_revision(model_cfg))
+        if not model_cfg.hub_id:
+            raise ValueError("model.hub_id: required with model.source=hub")
+        if reach:
+            _check_hub_reachable(model_cfg.hub_id, hub_revision(model_cfg))
     if model_cfg.get("revision") is not None and source != "hub":
         raise ValueError(f"model.revision: pins a hub commit, only with model.source=hub (got source={source!r})")
 
 
 def _check_device(device: str) -> None:
     """``auto``, ``cpu``, ``mps`` or ``cuda[:i]`` that this torch can use."""
-    import torch
-
     if device in ("auto", "cpu"):
         return
+    if not re.fullmatch(r"cuda(:\d+)?|mps", device):
+        raise ValueError(f"model.device: must be auto, cpu, cuda, cuda:<i> or mps, got {device!r}")
+    import torch
+
     if re.fullmatch(r"cuda(:\d+)?", device):
         if not torch.cuda.is_available():
             raise ValueError(
@@ -200,10 +206,10 @@ def _check_hub_reachable(hub_id: str | None, revision: str | None = None) -> Non
 
 def resolved_device(model_cfg: Any) -> str:
     """``model.device`` with ``auto`` resolved as :func:`load_model` will (what the run identity records)."""
-    import torch
-
     if model_cfg.device != "auto":
         return model_cfg.device
+    import torch
+
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 

@@ -1,4 +1,8 @@
-"""``python -m evals.run [-m] key=value ...``: the Hydra entry point (thin: see :func:`evals.runner.run`)."""
+"""``python -m evals.run [-m] key=value ...``: the Hydra entry point (thin: see :func:`evals.runner.run`).
+
+Ctrl-C ends the run with one line (``interrupted: N rows kept; the same command resumes``) and exit code 130: the
+rows already appended to ``samples.jsonl`` are kept, and the same command resumes after them.
+"""
 
 from __future__ import annotations
 
@@ -17,17 +21,43 @@ from evals.conf_store import register_methods
 log = logging.getLogger("evals.run")
 EXPLICIT_DIR = ("hydra.run.dir", "hydra.sweep.dir", "hydra.sweep.subdir")
 USER_ERRNOS = (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT, errno.ELOOP)
+INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process ended by Ctrl-C
+
+
+def rows_kept(base: Path) -> int:
+    """Rows in the ``samples.jsonl`` under ``base`` (the run directory, or the readable folder above its
+    ``fp-<fingerprint>/``) most recently written."""
+    files = [base / "samples.jsonl", *base.glob("fp-*/samples.jsonl")]
+    files = [f for f in files if f.is_file()]
+    if not files:
+        return 0
+    newest = max(files, key=lambda f: f.stat().st_mtime)
+    with open(newest, "rb") as fh:
+        return sum(1 for line in fh if line.strip())
+
+
+def interrupted(base: Path | None) -> None:
+    """The one line Ctrl-C prints, then exit 130."""
+    kept = rows_kept(base) if base is not None else 0
+    print(f"\ninterrupted: {kept} rows kept; the same command resumes", file=sys.stderr)
+    sys.exit(INTERRUPTED)
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
-def main(cfg: DictConfig) -> None:
-    from evals.runner import run
+def main(cfg: DictConfig) -> str | None:
+    from evals.logonce import install
 
+    install()  # after Hydra configured logging: every warning once per process
     hc = HydraConfig.get()
     explicit = any(o.split("=", 1)[0].lstrip("+~") in EXPLICIT_DIR for o in hc.overrides.hydra)
+    base = Path(hc.runtime.output_dir) if explicit else Path(str(cfg.run_dir))
     try:
+        from evals.runner import run
+
         # An explicit hydra.run.dir / hydra.sweep.* is the run directory; by default the runner adds fp-<fingerprint>.
-        run(cfg, Path(hc.runtime.output_dir) if explicit else None)
+        return str(run(cfg, Path(hc.runtime.output_dir) if explicit else None))  # the sweep's progress reads it
+    except KeyboardInterrupt:
+        interrupted(base)
     except (ValueError, UserError) as exc:
         from evals.rundir import remove_if_empty
 
@@ -44,6 +74,9 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    register_methods()  # before Hydra composes: every method of snapstream_core.methods.METHODS is an option
-    precheck(sys.argv[1:])
-    main()
+    try:
+        register_methods()  # before Hydra composes: every method of snapstream_core.methods.METHODS is an option
+        precheck(sys.argv[1:])
+        main()
+    except KeyboardInterrupt:  # before a job started (checking, composing), or between jobs of a sweep
+        interrupted(None)

@@ -237,8 +237,12 @@ def git_dirty() -> bool | None:
     return None if out is None else bool(out.strip())
 
 
-def device_info() -> dict[str, Any]:
+def device_info(torch_info: bool = True) -> dict[str, Any]:
+    """Platform and CPU count; with ``torch_info`` (a run that loads weights) torch's threads and the GPU too (a
+    replay, which imports no torch, leaves them out)."""
     info: dict[str, Any] = {"platform": platform.platform(), "cpu_count": os.cpu_count()}
+    if not torch_info:
+        return info
     try:
         import torch
 

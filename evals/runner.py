@@ -18,8 +18,9 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
 from evals import strict
-from evals.backends import Request, Sample, backend_class, make_backend
+from evals.backends import Request, Sample, backend_traits, make_backend
 from evals.backends.base import check_rows
+from evals.headline import show_headline
 from evals.identity import fingerprint, run_identity
 from evals.prompts import PROMPTS, PromptStore, prompt_record
 from evals.rows import RowWriter, done_keys, read_rows, tidy
@@ -41,12 +42,10 @@ from evals.rundir import (
     write_atomic,
     write_hydra_files,
 )
-from evals.summary import summarize
-from snapstream_core import compression_from_config
+from snapstream_core.api import compression_from_config
 from snapstream_core.methods import knob_names
 from snapstream_core.methods.base import CompressionMethod
 from snapstream_core.sampling import SamplingConfig
-from snapstream_core.static_decode import resolve_compile
 from tasks import get_task
 from tasks.base import Prompt
 from tasks.protocol import answer_part, hook, score_all
@@ -84,10 +83,11 @@ class RunPlan:
     rows: int | str | None = None  # gen.rows for the backend: the planner's choice on CUDA, else as configured
 
 
-def check(cfg: DictConfig) -> Checked:
+def check(cfg: DictConfig, *, offline: bool = False) -> Checked:
     """Validate the whole config (raises ``ValueError`` naming the field) without reading data or loading a model.
 
-    Cheap enough to run for every combination of a sweep before its first job starts (:mod:`evals.cli`).
+    Cheap enough to run for every combination of a sweep before its first job starts (:mod:`evals.cli`, with
+    ``offline``: the model hub is not asked, each job asks once before it loads anything). Imports no torch.
     """
     try:
         container = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
@@ -104,13 +104,14 @@ def check(cfg: DictConfig) -> Checked:
     method = compression_from_config(container["compression"])
     gen = container["gen"]
     sampling = SamplingConfig(
-        max_new_tokens=int(gen["max_new_tokens"]),
-        temperature=float(gen["temperature"]),
-        top_p=float(gen["top_p"]),
-        top_k=int(gen["top_k"]),
-        n=int(gen["n_samples"]),
+        max_new_tokens=_number(gen, "max_new_tokens", int),
+        temperature=_number(gen, "temperature", float),
+        top_p=_number(gen, "top_p", float),
+        top_k=_number(gen, "top_k", int),
+        n=_number(gen, "n_samples", int),
     )
-    resolve_compile(gen.get("compile", "auto"), "cpu")  # refuse a bad gen.compile before anything loads
+    if gen.get("compile", "auto") not in (None, "auto", True, False):  # snapstream_core.static_decode.resolve_compile
+        raise ValueError(f"gen.compile: must be auto, true or false, got {gen['compile']!r}")
     check_rows(gen.get("rows", "auto"))
     batch_size = gen["batch_size"]
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
@@ -122,15 +123,29 @@ def check(cfg: DictConfig) -> Checked:
             f"gen.batch_size: compression.ratio keeps a share of each prompt, which needs gen.batch_size=1 "
             f"(a left-padded batch shares one budget), got {batch_size}"
         )
-    backend = backend_class(cfg.backend.name)
+    backend = backend_traits(cfg.backend.name)
     if backend.loads_weights:
         from evals.models import check_model_config
 
-        check_model_config(cfg.model)
+        check_model_config(cfg.model, reach=not offline)
         _check_family(container)
     if backend.replays and not Path(cfg.backend.path).is_file():
         raise ValueError(f"backend.path: no such file: {cfg.backend.path}")
     return Checked(container, task, method, sampling, batch_size, int(gen["seed"]))
+
+
+def _number(gen: dict[str, Any], key: str, kind: type) -> int | float:
+    """``gen.<key>`` as an int or a float; anything else raises ``ValueError`` naming the knob."""
+    value = gen[key]
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(f"gen.{key}: must be {'an integer' if kind is int else 'a number'}, got {value!r}")
+    try:
+        number = float(value)
+        if kind is int and not number.is_integer():
+            raise ValueError
+        return int(number) if kind is int else number
+    except (ValueError, OverflowError):
+        raise ValueError(f"gen.{key}: must be {'an integer' if kind is int else 'a number'}, got {value!r}") from None
 
 
 def _check_task_source(task: dict[str, Any]) -> None:
@@ -166,7 +181,7 @@ def plan(cfg: DictConfig, run_dir: Path | None = None) -> RunPlan:
     if not items:
         raise ValueError("task: no items to evaluate (check task.limit and the filters)")
     container = c.container
-    if not backend_class(cfg.backend.name).loads_weights:
+    if not backend_traits(cfg.backend.name).loads_weights:
         weights = cfg.backend.name  # no weights run: the backend's input (file hash) is in the identity
     else:
         from evals.models import resolved_device, weights_identity
@@ -217,7 +232,7 @@ def run(cfg: DictConfig, run_dir: Path | None = None) -> Path:
     The run holds the directory's lock for its whole life: a second job for the same run waits, then resumes."""
     p = plan(cfg, run_dir)
     replay = None
-    if backend_class(cfg.backend.name).replays:  # cheap to build: its input is checked before the run starts
+    if backend_traits(cfg.backend.name).replays:  # cheap to build: its input is checked before the run starts
         replay = make_backend(cfg, p.method, p.sampling)
         replay.check_matches([str(i.item_id) for i in p.items], model=cfg.model.name)
     p.run_dir.mkdir(parents=True, exist_ok=True)
@@ -231,7 +246,21 @@ def run(cfg: DictConfig, run_dir: Path | None = None) -> Path:
             remove_if_empty(p.run_dir)
             raise
         write_hydra_files(p.run_dir, cfg)  # accepted: only now is the job's record written
+        if _complete(p):  # nothing left to do: no backend is built, no weights load
+            log.info("nothing to do: %s is complete (overwrite=true starts afresh)", p.run_dir)
+            show_headline(p.run_dir)
+            return p.run_dir
         return _run_locked(cfg, p, replay)
+
+
+def _complete(p: RunPlan) -> bool:
+    """Whether the run directory already holds this identity's finished results (``meta.json`` complete)."""
+    try:
+        meta = json.loads((p.run_dir / META).read_text())
+    except (OSError, ValueError):
+        return False
+    return (meta.get("status") == "complete" and meta.get("fingerprint") == p.fingerprint
+            and (p.run_dir / SUMMARY).is_file() and (p.run_dir / SAMPLES).is_file())
 
 
 def _protocol(task, task_cfg) -> str | None:
@@ -254,12 +283,14 @@ def _run_locked(cfg: DictConfig, p: RunPlan, replay) -> Path:
         "versions": versions(),
         "git_commit": git_commit(),
         "git_dirty": git_dirty(),
-        "device": device_info(),
+        "device": device_info(torch_info=backend_traits(cfg.backend.name).loads_weights),
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
     write_atomic(p.run_dir / META, json.dumps(meta, indent=2, default=str))
     write_atomic(p.run_dir / "resolved_config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     meta.update(_generate_and_score(cfg, p, p.items, replay))
+    from evals.summary import summarize  # numpy + pandas: not needed to check a config
+
     rows = read_rows(p.run_dir / SAMPLES)
     df = tidy(rows)
     write_atomic(p.run_dir / SAMPLES_CSV, df.to_csv(index=False))
@@ -268,6 +299,7 @@ def _run_locked(cfg: DictConfig, p: RunPlan, replay) -> Path:
     meta.update(status="complete", finished=now(), n_rows=len(rows), n_items=len(p.items))
     write_atomic(p.run_dir / META, json.dumps(meta, indent=2, default=str))
     log.info("run complete: %s (%d rows)", p.run_dir, len(rows))
+    show_headline(p.run_dir)
     return p.run_dir
 
 

@@ -13,9 +13,13 @@ Behaviour columns shared by all tasks, the ones that explain a drop: ``share_gen
 by ``max_new_tokens``, ``finish_reason == "length"``), ``share_prompt_truncated`` (prompt cut to the context
 limit, the row's ``truncated``), ``share_think_unclosed`` (a thinking model that never closed ``</think>``).
 
-Uncertainty: the task's ``summarize`` is recomputed on ``BOOTSTRAP_ITERS`` resamples of the **items** (an item keeps
-all its samples, so pass@k and cons@n resample problems with their samples); ``stderr`` is the replicates' standard
-deviation and ``ci_lo``/``ci_hi`` their 2.5/97.5 percentiles (:mod:`evals.stats`). A metric that is a ratio of
+Intervals of rates whose items each score 0 or 100 % (one sample per item, or a per-item verdict) are Wilson score
+intervals over the items (:func:`evals.stats.wilson`: right at 0 and at n, where a bootstrap of a constant gives a
+zero-width interval); ``ci_method`` says which interval a row has (``wilson``, ``bootstrap``, ``normal``).
+
+Uncertainty otherwise: the task's ``summarize`` is recomputed on ``BOOTSTRAP_ITERS`` resamples of the **items** (an
+item keeps all its samples, so pass@k and cons@n resample problems with their samples); ``stderr`` is the replicates'
+standard deviation and ``ci_lo``/``ci_hi`` their 2.5/97.5 percentiles (:mod:`evals.stats`). A metric that is a ratio of
 item sums (every behaviour row, and what the task's ``item_terms`` hook covers: :mod:`tasks.terms`) gets the same
 replicates from one matrix product over the resamples' item counts instead of a ``summarize`` per resample; its
 terms are checked against the point value first (a mismatch is logged and that metric takes the slow path). A task
@@ -36,7 +40,7 @@ from types import ModuleType
 import numpy as np
 import pandas as pd
 
-from evals.stats import SEED, from_replicates, ratio_replicates, resample_counts, resample_indices
+from evals.stats import SEED, from_replicates, ratio_replicates, resample_counts, resample_indices, wilson
 from snapstream_core.methods import knob_names
 from snapstream_core.methods.base import CompressionMethod
 from tasks import terms
@@ -45,7 +49,7 @@ from tasks.protocol import hook
 log = logging.getLogger(__name__)
 
 SUMMARY_COLUMNS = ["model", "task", "method", "prompt_budget", "recent", "metric", "group", "value", "n"]
-UNCERTAINTY_COLUMNS = ["stderr", "ci_lo", "ci_hi", "unit"]
+UNCERTAINTY_COLUMNS = ["stderr", "ci_lo", "ci_hi", "unit", "ci_method"]  # ci_method: wilson | bootstrap | normal
 RUN_COLUMNS = ["fingerprint"]  # the run's identity hash (evals/identity.py), last, so the report can group by run
 FROM_ROWS = ("run_id", "fingerprint")  # one value per run: taken from its rows
 COST_UNITS = {"gen_tokens": "tokens", "kv_tokens_peak": "tokens", "kv_bytes_peak": "bytes", "latency_s": "s"}
@@ -207,20 +211,22 @@ def ratio_terms(task: ModuleType, rows: pd.DataFrame, cfg, point: pd.DataFrame) 
 
 
 def with_uncertainty(task: ModuleType, rows: pd.DataFrame, cfg, *, iters: int = BOOTSTRAP_ITERS,
-                     seed: int = SEED, fast: bool = True) -> pd.DataFrame:
+                     seed: int = SEED, fast: bool = True, wilson_rates: bool = True) -> pd.DataFrame:
     """:func:`metric_rows` plus ``stderr, ci_lo, ci_hi, unit`` (NaN where a value has no spread to estimate).
 
     The replicates of the rows :func:`ratio_terms` covers come from :func:`evals.stats.ratio_replicates` on the
     resamples' item counts; the others from ``summarize`` on each resample (``fast=False``: every row so, the
-    reference the fast path is tested against). Both use the same resamples, so the numbers agree."""
+    reference the fast path is tested against). Both use the same resamples, so the numbers agree. ``wilson_rates``
+    (default): a rate whose items each score 0 or 100 gets its Wilson interval instead (:func:`_binary_trials`)."""
     point = metric_rows(task, rows, cfg).reset_index(drop=True)
     if hook(task, "REPORTS_STDERR"):
         return fold_own_stderr(point)
     keys = list(zip(point["metric"], point["group"]))
     n_items, take = item_resampler(rows)
     reps = np.full((iters, len(keys)), np.nan)
+    found = ratio_terms(task, rows, cfg, point) if (fast or wilson_rates) and n_items >= 1 else {}
+    covered = found if fast else {}
     if n_items >= 2:
-        covered = ratio_terms(task, rows, cfg, point) if fast else {}
         if covered:
             cols = sorted(covered)
             num = np.stack([covered[j][0] for j in cols], axis=1)  # (n_items, K)
@@ -235,11 +241,42 @@ def with_uncertainty(task: ModuleType, rows: pd.DataFrame, cfg, *, iters: int = 
                     if j is not None:
                         reps[i, j] = v
     est = [from_replicates(float(v), reps[:, j], n_items) for j, v in enumerate(point["value"])]
-    point["stderr"] = [e.stderr for e in est]
-    point["ci_lo"] = [e.ci_lo for e in est]
-    point["ci_hi"] = [e.ci_hi for e in est]
+    stderr, lo, hi, how = [], [], [], []
+    for j, e in enumerate(est):
+        trials = _binary_trials(found.get(j), float(e.value), int(point["n"].iloc[j]), e) if wilson_rates else None
+        if RATE.match(str(keys[j][0])) and trials is not None:
+            k, n = trials
+            w_lo, w_hi = wilson(k, n)
+            p = k / n
+            stderr.append(100.0 * math.sqrt(p * (1 - p) / n))
+            lo.append(100.0 * w_lo)
+            hi.append(100.0 * w_hi)
+            how.append("wilson")
+        else:
+            stderr.append(e.stderr)
+            lo.append(e.ci_lo)
+            hi.append(e.ci_hi)
+            how.append("bootstrap" if not math.isnan(e.ci_lo) else "")
+    point["stderr"], point["ci_lo"], point["ci_hi"] = stderr, lo, hi
     point["unit"] = point["metric"].map(_unit)
+    point["ci_method"] = how
     return point
+
+
+def _binary_trials(item_terms: ItemTerms | None, value: float, n: int, est) -> tuple[int, int] | None:
+    """``(successes, items)`` when a rate (in percent) is a proportion of items that each score 0 or 100: from its
+    item terms, or, without terms, when every item must have scored the same (the value is 0 or 100; ``n`` its
+    count). None otherwise (the bootstrap interval stands)."""
+    if item_terms is not None:
+        num, den = item_terms
+        scored = den > 0
+        values = num[scored] / den[scored]
+        if scored.any() and bool(np.all(np.isclose(values, 0.0) | np.isclose(values, 100.0))):
+            return int(np.isclose(values, 100.0).sum()), int(scored.sum())
+        return None
+    if n >= 1 and (math.isclose(value, 0.0, abs_tol=1e-9) or math.isclose(value, 100.0)):
+        return (n if value > 50 else 0), n
+    return None
 
 
 def fold_own_stderr(point: pd.DataFrame) -> pd.DataFrame:
@@ -252,6 +289,7 @@ def fold_own_stderr(point: pd.DataFrame) -> pd.DataFrame:
     out["ci_lo"] = out["value"] - Z95 * out["stderr"]
     out["ci_hi"] = out["value"] + Z95 * out["stderr"]
     out["unit"] = out["metric"].map(_unit)
+    out["ci_method"] = ["normal" if not math.isnan(v) else "" for v in out["stderr"]]
     return out
 
 

@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
-import difflib
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from snapstream_core.cache import CompressedCache
+from snapstream_core.hints import did_you_mean
 from snapstream_core.methods import METHODS, knob_names
 from snapstream_core.methods.base import CompressionMethod
-from snapstream_core.rope import rope_inv_freq
+
+if TYPE_CHECKING:  # compression_from_config imports no torch (configs are checked before it loads)
+    from snapstream_core.cache import CompressedCache
 
 log = logging.getLogger(__name__)
 
 # Keys a Hydra `compression` node may carry that are not knobs (naming of run directories).
 NON_KNOBS = ("tag",)
+_SAID: set[tuple[str, tuple[str, ...]]] = set()  # (method, ignored knobs) already logged
 
 
 def compression_from_config(cfg: Mapping[str, Any]) -> CompressionMethod:
@@ -29,14 +31,12 @@ def compression_from_config(cfg: Mapping[str, Any]) -> CompressionMethod:
     cfg = {k: v for k, v in dict(cfg).items() if k not in NON_KNOBS and v is not None}
     name = cfg.pop("method", None)
     if name not in METHODS:
-        close = difflib.get_close_matches(str(name), METHODS, n=1)
-        hint = f" Did you mean '{close[0]}'?" if close else ""
+        hint = did_you_mean(name, METHODS)
         raise ValueError(f"compression.method: unknown method {name!r}; known: {', '.join(METHODS)}.{hint}")
     known = knob_names()
     unknown = sorted(k for k in cfg if k not in known)
     if unknown:
-        close = difflib.get_close_matches(unknown[0], known, n=1)
-        hint = f" Did you mean '{close[0]}'?" if close else ""
+        hint = did_you_mean(unknown[0], known)
         raise ValueError(f"compression.{unknown[0]}: not a knob of any method; known: {', '.join(known)}.{hint}")
     cls = METHODS[name]
     allowed = cls.field_names()
@@ -44,8 +44,11 @@ def compression_from_config(cfg: Mapping[str, Any]) -> CompressionMethod:
     if ignored:
         # Every Hydra `compression` node carries the same keys, so one sweep can set a knob for all methods; a knob
         # the method does not have is said once (it is not in the run's tag, rows or fingerprint either).
-        log.warning("compression=%s has no knob %s: not used by this run", name,
-                    ", ".join(f"{k}={cfg[k]!r}" for k in ignored))
+        said = (name, tuple(ignored))
+        if said not in _SAID:  # once per process: a sweep's check builds the method for every combination
+            _SAID.add(said)
+            log.info("compression=%s has no knob %s: not used by this run", name,
+                     ", ".join(f"{k}={cfg[k]!r}" for k in ignored))
     return cls(**{k: v for k, v in cfg.items() if k in allowed})
 
 
@@ -55,6 +58,9 @@ def make_cache(model, method: CompressionMethod) -> CompressedCache:
     Checks that the model is a decoder whose layers all use full attention, and that ``positions=in_cache`` has a
     RoPE it can re-rotate.
     """
+    from snapstream_core.cache import CompressedCache
+    from snapstream_core.rope import rope_inv_freq
+
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     layer_types = getattr(config, "layer_types", None) or ["full_attention"] * config.num_hidden_layers
     if any(t != "full_attention" for t in layer_types):

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import difflib
 import importlib
 from types import ModuleType
 
+from snapstream_core.hints import did_you_mean
 from tasks.protocol import Task
 
 TASKS: dict[str, str] = {
@@ -20,8 +20,7 @@ TASKS: dict[str, str] = {
 def get_task(name: str) -> ModuleType:
     """Return the task module registered as ``name``; an unknown name raises ``ValueError`` with suggestions."""
     if name not in TASKS:
-        close = difflib.get_close_matches(name, TASKS, n=1)
-        hint = f" Did you mean '{close[0]}'?" if close else ""
+        hint = did_you_mean(name, TASKS)
         raise ValueError(f"task.name: unknown task '{name}'. Known: {', '.join(sorted(TASKS))}.{hint}")
     module = importlib.import_module(TASKS[name])
     if not isinstance(module, Task):

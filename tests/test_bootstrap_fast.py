@@ -135,9 +135,9 @@ def test_fast_path_equals_the_per_resample_path(name):
     make, conf = CASES[name]
     rows = make()
     task = counted(name)
-    fast = with_uncertainty(task, rows, conf, iters=ITERS)
+    fast = with_uncertainty(task, rows, conf, iters=ITERS, wilson_rates=False)
     assert task.calls == 1  # the point value only: every metric came from the item terms
-    slow = with_uncertainty(task, rows, conf, iters=ITERS, fast=False)
+    slow = with_uncertainty(task, rows, conf, iters=ITERS, fast=False, wilson_rates=False)
     assert task.calls == 2 + ITERS
     assert_same(fast, slow)
 
@@ -160,9 +160,9 @@ def test_every_task_metric_is_covered():
 def test_without_the_hook_the_task_metrics_take_the_slow_path_with_the_same_numbers():
     make, conf = CASES["longbench_v2"]
     task = counted("longbench_v2", hide_terms=True)
-    hidden = with_uncertainty(task, make(), conf, iters=ITERS)
+    hidden = with_uncertainty(task, make(), conf, iters=ITERS, wilson_rates=False)
     assert task.calls == 1 + ITERS
-    assert_same(hidden, with_uncertainty(counted("longbench_v2"), make(), conf, iters=ITERS))
+    assert_same(hidden, with_uncertainty(counted("longbench_v2"), make(), conf, iters=ITERS, wilson_rates=False))
 
 
 @pytest.mark.parametrize("variant", ["samples_vary", "two_exams"])
@@ -178,9 +178,9 @@ def test_aime_metrics_left_out_fall_back_and_still_agree(variant):
     else:
         assert ("answered", "exam=2024-I") not in keys and ("answered", "all") in keys
     task = counted("aime24")
-    fast = with_uncertainty(task, rows, conf, iters=ITERS)
+    fast = with_uncertainty(task, rows, conf, iters=ITERS, wilson_rates=False)
     assert task.calls == 1 + ITERS  # the left-out metrics were resampled through summarize
-    assert_same(fast, with_uncertainty(task, rows, conf, iters=ITERS, fast=False))
+    assert_same(fast, with_uncertainty(task, rows, conf, iters=ITERS, fast=False, wilson_rates=False))
 
 
 def test_terms_that_disagree_with_summarize_are_refused_with_a_warning(caplog):
@@ -196,10 +196,10 @@ def test_terms_that_disagree_with_summarize_are_refused_with_a_warning(caplog):
 
     task.item_terms = wrong
     with caplog.at_level(logging.WARNING, logger="evals.summary"):
-        fast = with_uncertainty(task, rows, conf, iters=ITERS)
+        fast = with_uncertainty(task, rows, conf, iters=ITERS, wilson_rates=False)
     assert "key_prefix" in caplog.text and "summarize instead" in caplog.text
     assert task.calls == 1 + ITERS
-    assert_same(fast, with_uncertainty(task, rows, conf, iters=ITERS, fast=False))
+    assert_same(fast, with_uncertainty(task, rows, conf, iters=ITERS, fast=False, wilson_rates=False))
 
 
 def test_ratio_replicates_on_the_same_draws_as_resample_indices():

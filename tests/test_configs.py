@@ -47,11 +47,16 @@ def test_generation_precedence_cli_over_model_over_task():
     assert cli.temperature == 0.3
 
 
-def test_the_smoke_experiment_sizes_every_task():
-    for task in ("needle", "longbench_v2", "aime24", "livecodebench"):
-        cfg = compose_cfg(["+experiment=smoke", f"task={task}"])
+def test_the_smoke_experiments_size_every_task():
+    needle = compose_cfg(["+experiment=smoke"])  # part 1: the measured needle sweep
+    assert needle.model.name == "smollm2_135m" and needle.task.name == "needle" and needle.task.limit == 6
+    assert (needle.task.depth_lo, needle.task.depth_hi) == (0.05, 0.95)  # early, middle and late keys
+    plan(needle)
+    for task in ("longbench_v2", "aime24", "livecodebench"):  # part 2: pipeline checks
+        cfg = compose_cfg(["+experiment=smoke_pipeline", f"task={task}"])
         assert cfg.model.name == "smollm2_135m" and source_of(cfg.task) == "bundled"
-        assert cfg.task.limit <= 6 and cfg.gen.max_new_tokens <= 96 and cfg.gen.n_samples == 1
+        assert cfg.task.limit <= 2 and cfg.gen.max_new_tokens <= 96 and cfg.gen.n_samples == 1
+        assert cfg.out_root == needle.out_root  # one report for both parts
         plan(cfg)  # every knob valid, the data reachable
 
 

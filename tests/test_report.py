@@ -56,9 +56,10 @@ def test_breakdown_has_one_row_per_run_and_tells_variants_apart(tmp_path):
     assert list(table.columns[-2:]) == ["all", "depth=middle"]
     assert "kernel" in table.columns  # the one knob that tells the two snapkv runs apart
     by_kernel = table[table["method"] == "snapkv"].set_index("kernel")
-    assert by_kernel.loc["7", "all"] == "0.0 ± 5.0" and by_kernel.loc["15", "all"] == "50.0 ± 5.0"
+    assert by_kernel.loc["7", "all"] == "0.0 [-10.0, 0.0] (n=4)"  # [ ]: the summary's ci_lo, ci_hi; n per group
+    assert by_kernel.loc["15", "all"] == "50.0 [40.0, 50.0] (n=4)"
     none = table[table["method"] == "none"].iloc[0]
-    assert none["prompt_budget"] == "—" and none["depth=middle"] == "90.0"
+    assert none["prompt_budget"] == "—" and none["depth=middle"] == "90.0 (n=4)"  # no interval given: value, n
     assert not table.isna().any().any() and "nan" not in table.to_string()
 
 
@@ -78,7 +79,8 @@ def test_paired_delta_against_the_full_cache_is_the_hand_computed_one(tmp_path):
     assert deltas.loc["r_k7", ["delta", "delta_ci_lo", "delta_ci_hi", "p_value"]].tolist() == [-100, -100, -100, 0.125]
 
 
-def test_runs_differing_in_any_knob_are_never_merged_into_one_line_or_cell(tmp_path):
+def test_runs_differing_in_any_knob_are_never_merged_into_one_line_or_cell(tmp_path, monkeypatch):
+    monkeypatch.setattr("evals.report.tables.SMALL_N", 4)  # 4 paired items count here: Δ and p are shown
     for run in RUNS:
         _write(tmp_path, run)
     # a second snapkv k=15 run that differs only in a knob the summary does not show (its fingerprint differs)
@@ -89,12 +91,16 @@ def test_runs_differing_in_any_knob_are_never_merged_into_one_line_or_cell(tmp_p
     assert {lbl for lbl in head["label"] if "kernel=15" in lbl} == {
         "snapkv (kernel=15) [fp-r_k15]", "snapkv (kernel=15) [fp-r_k15_see]"}
     [(title, table)] = pivots(collect(tmp_path), head, paired_deltas(head))
-    assert title == "needle · m: accuracy (%), ± standard error"
+    assert title == "needle · m: accuracy (%), [95% CI] (n items)"
     assert len(table) == 5 and list(table.columns) == ["method", "full", "256"]
     cells = table.set_index("method")["256"]
-    assert cells["snapkv (kernel=15) [fp-r_k15]"].startswith("50.0 ± 5.0 (Δ -50.0, p ")
-    assert cells["snapkv (kernel=7)"] == "0.0 ± 5.0 (Δ -100.0, p 0.12)"
-    assert table.set_index("method").loc["none", "full"] == "100.0 ± 5.0"
+    assert cells["snapkv (kernel=15) [fp-r_k15]"].startswith("50.0 [40.0, 50.0] (n=4) (Δ -50.0, p ")
+    assert cells["snapkv (kernel=7)"] == "0.0 [-10.0, 0.0] (n=4) (Δ -100.0, p 0.12)"
+    assert table.set_index("method").loc["none", "full"] == "100.0 [90.0, 100.0] (n=4)"
+    assert not table.isna().any().any()
+    monkeypatch.setattr("evals.report.tables.SMALL_N", 20)  # the default: 4 items are too few for Δ and p
+    [(_, table)] = pivots(collect(tmp_path), head, paired_deltas(head))
+    assert table.set_index("method")["256"]["snapkv (kernel=7)"] == "0.0 [-10.0, 0.0] (n=4) (Δ -100.0, n.m.: 4 items)"
     assert not table.isna().any().any()
 
 
@@ -104,10 +110,20 @@ def test_report_writes_markdown_html_and_plots_and_prints_headline(tmp_path, cap
     report, head = write_report(tmp_path)
     assert len(head) == len(RUNS) and set(head["value"]) == {100.0, 0.0, 50.0, 25.0}
     text = report.read_text()
-    assert "## needle · m: accuracy (%), ± standard error" in text and "nan" not in text
+    assert "## needle · m: accuracy (%), [95% CI] (n items)" in text and "nan" not in text
+    assert "**Pipeline check.** 4 of 4 runs have fewer than 20 items: needle (n=4)" in text
+    titles = {"frontier": "accuracy vs KV memory held", "budget": "accuracy vs prompt budget"}
     for kind in ("frontier", "budget"):
         png = tmp_path / "plots" / f"{kind}__needle__m.png"
-        assert png.stat().st_size > 0 and f"![{png.stem}](plots/{png.name})" in text
+        assert png.stat().st_size > 0 and f"![needle · m: {titles[kind]}](plots/{png.name})" in text
+    deltas = pd.read_csv(tmp_path / "deltas.csv")
+    assert list(deltas.columns[deltas.columns.isin(["value", "reference", "delta", "ci_low", "ci_high", "p_value",
+                                                    "n_items"])]) == ["value", "reference", "delta", "ci_low",
+                                                                      "ci_high", "p_value", "n_items"]
+    k7 = deltas.set_index("budget").query("label == 'snapkv (kernel=7)'").iloc[0]
+    assert (k7["value"], k7["reference"], k7["delta"], k7["n_items"], k7["meaningful"]) == (0.0, 100.0, -100.0, 4,
+                                                                                           False)
+    assert set(deltas["method"]) == {"snapkv", "streaming_llm"}  # one row per compressed run with a reference
     page = (tmp_path / "report.html").read_text()
     assert page.count("src='data:image/png;base64,") == 2 and "<table" in page and "plots/" not in page
     assert len(pd.read_csv(tmp_path / "summary_all.csv")) == 4 * len(RUNS)
@@ -118,3 +134,28 @@ def test_report_writes_markdown_html_and_plots_and_prints_headline(tmp_path, cap
 def test_report_of_an_empty_folder_is_one_error(tmp_path, capsys):
     assert main([str(tmp_path)]) == 2
     assert "no summary.csv" in capsys.readouterr().err
+
+
+def test_a_ring_that_holds_more_than_the_full_cache_on_short_generations_is_explained(tmp_path):
+    from evals.report.footprint import inversion_notes, kv_at_max_new
+
+    runs = []
+    for name, knobs, kv_bytes, kv_tokens in (("full", {"method": "none"}, 200 * 1024, 200),
+                                             ("ring", {"method": "streaming_llm", "prompt_budget": 1024}, 1028 * 1024,
+                                              1028)):
+        run_dir = tmp_path / name
+        run_dir.mkdir()
+        pd.DataFrame({"item_id": ["a", "b"], "prompt_tokens": [100, 100], "kv_tokens_peak": [kv_tokens] * 2,
+                      "kv_bytes_peak": [kv_bytes] * 2}).to_csv(run_dir / "samples.csv", index=False)
+        (run_dir / "meta.json").write_text(json.dumps({"identity": {"compression": knobs},
+                                                       "config": {"gen": {"max_new_tokens": 4000}}}))
+        runs.append({"run": name, "run_dir": str(run_dir), "model": "m", "task": "aime24", "method": knobs["method"],
+                     "label": knobs["method"], "prompt_budget": knobs.get("prompt_budget"),
+                     "mean_kv_bytes_peak": float(kv_bytes), "mean_gen_tokens": 100.0})
+    head = pd.DataFrame(runs)
+    head["kv_mib_at_max_new"] = kv_at_max_new(head)
+    # 1 KiB per entry; at 4000 new tokens the full cache holds 100 + 4000 entries, the ring sinks + recent = 1024
+    assert head["kv_mib_at_max_new"].tolist() == pytest.approx([4100 / 1024, 1024 / 1024])
+    [note] = inversion_notes(head)
+    assert note.startswith("aime24 · m: streaming_llm @ 1024 held 1.00 MiB, more than the full cache's 0.20 MiB")
+    assert "at gen.max_new_tokens come to 1.00 MiB (full cache: 4.00 MiB)" in note

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
+from evals.stats import wilson
 from evals.summary import fold_own_stderr, with_uncertainty
 from tasks import terms
 
@@ -56,7 +57,12 @@ def test_resamples_items_with_their_samples_and_reports_percent(with_terms):
     p = metric(out, "pass@1")
     assert (p["value"], p["unit"], p["n"]) == (50.0, "%", 2)  # the fraction 0.5 scaled to percent
     assert p["stderr"] == pytest.approx(100 * math.sqrt(1 / 8), abs=3.0 if with_terms else 5.0)
-    assert (p["ci_lo"], p["ci_hi"]) == (0.0, 100.0)
+    if with_terms:  # each item scores 0 or 100: a proportion of 2 items, with its Wilson interval
+        assert (p["ci_lo"], p["ci_hi"]) == pytest.approx(tuple(100 * b for b in wilson(1, 2)))
+        assert p["ci_method"] == "wilson"
+    else:  # no item terms: the items' values are unknown here, so the percentile bootstrap stands
+        assert (p["ci_lo"], p["ci_hi"]) == (0.0, 100.0)
+        assert p["ci_method"] == "bootstrap"
     cut = metric(out, "share_gen_truncated")
     assert (cut["value"], cut["unit"], cut["n"]) == (50.0, "%", 4)
     tokens = metric(out, "mean_gen_tokens")
@@ -66,10 +72,15 @@ def test_resamples_items_with_their_samples_and_reports_percent(with_terms):
 
 
 @pytest.mark.parametrize("with_terms", [True, False])
-def test_a_constant_outcome_has_zero_spread_and_one_item_has_none(with_terms):
+def test_a_constant_outcome_has_a_wilson_interval_and_one_item_has_none(with_terms):
+    # 3 of 3 right is not "exactly 100 %": the Wilson interval is [43.9, 100], where a bootstrap of a constant
+    # would give the false [100, 100]
     task = toy_task("percent", with_terms)
     same = metric(with_uncertainty(task, rows({"A": [1], "B": [1], "C": [1]}), CFG, iters=50), "pass@1")
-    assert (same["value"], same["stderr"], same["ci_lo"], same["ci_hi"]) == (100.0, 0.0, 100.0, 100.0)
+    assert (same["value"], same["ci_hi"], same["ci_method"]) == (100.0, 100.0, "wilson")
+    assert same["ci_lo"] == pytest.approx(100 * wilson(3, 3)[0]) and 40 < same["ci_lo"] < 50
+    none = metric(with_uncertainty(task, rows({"A": [0], "B": [0], "C": [0]}), CFG, iters=50), "pass@1")
+    assert (none["value"], none["ci_lo"]) == (0.0, 0.0) and none["ci_hi"] == pytest.approx(100 * wilson(0, 3)[1])
     one = metric(with_uncertainty(task, rows({"A": [1, 0]}), CFG), "pass@1")
     assert one["value"] == 50.0 and math.isnan(one["stderr"]) and math.isnan(one["ci_lo"])
 

@@ -8,27 +8,46 @@ The runner never tests a backend's name: it reads the capabilities every backend
 
 from __future__ import annotations
 
-import difflib
 import importlib
+from types import SimpleNamespace
 from typing import Any
 
 from evals.backends.base import Backend, Request, Sample
+from snapstream_core.hints import did_you_mean
 
 # name -> "module:Class", imported on first use (``hf`` imports torch and transformers).
 BACKENDS: dict[str, str] = {
     "hf": "evals.backends.hf:HFBackend",
     "replay": "evals.backends.replay:ReplayBackend",
 }
+# The capabilities a config check needs, known without importing the backend (so checking a config never imports
+# torch); :func:`backend_class` refuses a class whose attributes disagree. A backend left out here is imported.
+TRAITS: dict[str, dict[str, bool]] = {
+    "hf": {"loads_weights": True, "replays": False},
+    "replay": {"loads_weights": False, "replays": True},
+}
+
+
+def backend_traits(name: str) -> SimpleNamespace:
+    """``loads_weights`` and ``replays`` of the backend ``name`` (:data:`TRAITS`, else from its class)."""
+    if name in TRAITS:
+        return SimpleNamespace(**TRAITS[name])
+    cls = backend_class(name)
+    return SimpleNamespace(loads_weights=cls.loads_weights, replays=cls.replays)
 
 
 def backend_class(name: str) -> type:
     """The backend class registered as ``name``; an unknown name raises ``ValueError`` naming ``backend.name``."""
     if name not in BACKENDS:
-        close = difflib.get_close_matches(str(name), BACKENDS, n=1)
-        hint = f" Did you mean '{close[0]}'?" if close else ""
+        hint = did_you_mean(name, BACKENDS)
         raise ValueError(f"backend.name: must be one of {', '.join(BACKENDS)}, got {name!r}.{hint}")
-    module, cls = BACKENDS[name].split(":")
-    return getattr(importlib.import_module(module), cls)
+    module, attr = BACKENDS[name].split(":")
+    cls = getattr(importlib.import_module(module), attr)
+    for trait, value in TRAITS.get(name, {}).items():
+        if getattr(cls, trait) != value:
+            got = getattr(cls, trait)
+            raise TypeError(f"evals.backends.TRAITS[{name!r}]: {trait}={value}, but {attr}.{trait}={got}")
+    return cls
 
 
 def make_backend(cfg: Any, method, sampling, rows: int | None = None) -> Backend:
@@ -44,4 +63,4 @@ def make_backend(cfg: Any, method, sampling, rows: int | None = None) -> Backend
                seed=int(gen.get("seed", 0)))
 
 
-__all__ = ["BACKENDS", "Backend", "Request", "Sample", "backend_class", "make_backend"]
+__all__ = ["BACKENDS", "Backend", "Request", "Sample", "TRAITS", "backend_class", "backend_traits", "make_backend"]

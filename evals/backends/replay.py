@@ -125,6 +125,14 @@ class ReplayBackend:
             out.append(samples)
         return out
 
+    def meta(self) -> dict:
+        """For ``meta.json``: the samples per item the file actually holds (not ``gen.n_samples``, which a replay
+        does not use)."""
+        counts = [len(v) for v in self.by_item.values()]
+        return {"replay": {"path": str(self.path), "completions": len(self.records), "items": len(counts),
+                           "samples_per_item_min": min(counts, default=0),
+                           "samples_per_item_max": max(counts, default=0)}}
+
     def report_missing(self, n_items: int) -> None:
         if self.missing:
             log.warning(

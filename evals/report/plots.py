@@ -2,7 +2,9 @@
 
 - ``frontier__<task>__<model>.png``: the headline metric (95% interval as error bars) against the **measured** KV
   memory held per sequence (``mean_kv_bytes_peak``, else ``mean_kv_tokens_peak``; log scale), one line per method
-  variant, the full cache as a band (its interval) and a star at its own footprint. Methods are compared at the
+  variant, the full cache as a band (its interval) and a star at its own footprint; a grey bar marks each run's
+  footprint at ``gen.max_new_tokens`` (:mod:`evals.report.footprint`), where a ring that holds more than the full cache
+  on short generations holds less. Methods are compared at the
   memory they really hold, not at their nominal budget.
 - ``budget__<task>__<model>.png``: the same metric against ``prompt_budget`` (log scale, plain tick labels), with each
   line's effective footprint in its legend (``holds ≈ budget + N``: the measured peak minus the budget).
@@ -91,16 +93,21 @@ def frontier(frame: pd.DataFrame, path: Path, plt) -> Path | None:
     for i, (label, line) in enumerate(compressed.groupby("label", sort=True)):
         line = line.sort_values(x_col)
         ax.errorbar(line[x_col], line["value"], yerr=_yerr(line), label=label, zorder=3 + i, **_style(i))
+    bound = frame[frame["kv_mib_at_max_new"].notna()] if "kv_mib_at_max_new" in frame else frame.iloc[:0]
+    if x_col.endswith("bytes_peak") and len(bound):  # where each run would be at gen.max_new_tokens
+        ax.scatter(bound["kv_mib_at_max_new"] * 1024 * 1024, bound["value"], marker="|", s=160, color="grey",
+                   zorder=2, label="at gen.max_new_tokens (bound)")
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_locator(LogLocator(base=2))
     ax.xaxis.set_minor_locator(NullLocator())
     ax.xaxis.set_major_formatter(FuncFormatter(_human_bytes if x_col.endswith("bytes_peak") else _plain))
     ax.margins(x=0.08)
     what = "bytes, all layers" if x_col.endswith("bytes_peak") else "tokens per layer and KV head"
-    ax.set_xlabel(f"KV cache held per sequence (measured peak, {what}; log scale; ★ full cache)")
+    ax.set_xlabel(f"KV per sequence ({what}, measured peak, log)\n★ full cache"
+                  + ("   | the same run at gen.max_new_tokens" if len(bound) else ""))
     _y_axis(ax, frame)
     model, task = frame["model"].iloc[0], frame["task"].iloc[0]
-    ax.set_title(f"{task} · {model}: accuracy–memory frontier")
+    ax.set_title(f"{task} · {model}: {frame['metric'].iloc[0]} vs KV memory held per sequence")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     path = _save(fig, path)
@@ -132,7 +139,7 @@ def by_budget(frame: pd.DataFrame, path: Path, plt) -> Path | None:
     ax.set_xlim(budgets[0] / 1.3, budgets[-1] * 1.3)
     ax.set_xlabel("prompt_budget (prompt KV entries kept per layer and KV head; log scale)")
     _y_axis(ax, frame)
-    ax.set_title(f"{frame['task'].iloc[0]} · {frame['model'].iloc[0]}: metric vs budget")
+    ax.set_title(f"{frame['task'].iloc[0]} · {frame['model'].iloc[0]}: {frame['metric'].iloc[0]} vs prompt budget")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     path = _save(fig, path)

@@ -12,19 +12,55 @@ from pathlib import Path
 import pandas as pd
 
 from evals.report.escape import md_cell
+from evals.report.footprint import inversion_notes, kv_at_max_new
 from evals.report.load import collect
 from evals.report.paired import paired_deltas
 from evals.report.plots import plot
 from evals.report.references import reference_table  # issue 29: published references
-from evals.report.tables import behaviour_table, breakdown_tables, headline, pivots
+from evals.report.tables import NOT_MEANINGFUL, behaviour_table, breakdown_tables, headline, pivots
+from evals.stats import SMALL_N
 from tasks.protocol import hook
 
 log = logging.getLogger("evals.report")
 
-UNITS_NOTE = ("Units: rates (accuracy, pass@k, cons@n, answered, key_prefix, shares) in percent for every task; "
-              "± is the standard error and [ ] the 95% interval, both from a bootstrap over items (an item keeps all "
-              "its samples); Δ is the paired difference to the full-cache run on the same items, in points, with a "
-              "paired-bootstrap 95% interval and a two-sided sign-flip p-value. A dash: the value does not apply.")
+UNITS_NOTE = ("Units: rates (accuracy, pass@k, cons@n, answered, key_prefix, shares) in percent for every task, KV "
+              "memory in MiB per sequence. [ ] is the 95% interval and n the number of items behind a value: a Wilson "
+              "score interval for a rate whose items each score 0 or 100 % (right at 0 and at n), else a percentile "
+              "bootstrap over items (an item keeps all its samples); summary.csv's ci_method says which. Δ is the "
+              "paired difference to the full-cache run on the same items, in points, with a paired-bootstrap 95% "
+              "interval and a two-sided sign-flip p-value; on fewer than {small} paired items Δ and p are marked "
+              f"{NOT_MEANINGFUL} (not meaningful). A dash: the value does not apply.").replace("{small}", str(SMALL_N))
+DELTAS_COLUMNS = ["model", "task", "method", "label", "budget", "metric", "unit", "value", "reference", "delta",
+                  "ci_low", "ci_high", "p_value", "n_items", "meaningful"]
+
+
+def deltas_table(head: pd.DataFrame, deltas: pd.DataFrame) -> pd.DataFrame:
+    """``deltas.csv``: one row per compressed run with a full-cache reference, i.e. per (model, task, method,
+    budget, metric) of the headline: its value, the reference's, Δ with its paired 95% interval, the sign-flip
+    p-value, the paired items, and whether n reaches SMALL_N."""
+    if deltas.empty:
+        return pd.DataFrame(columns=DELTAS_COLUMNS)
+    values = head.set_index("run")
+    rows = []
+    for _, d in deltas.iterrows():
+        run, ref = values.loc[d["run"]], values.loc[d["reference"]]
+        rows.append({"model": run["model"], "task": run["task"], "method": run["method"], "label": run["label"],
+                     "budget": run["prompt_budget"], "metric": run["metric"], "unit": run["unit"],
+                     "value": run["value"], "reference": ref["value"], "delta": d["delta"],
+                     "ci_low": d["delta_ci_lo"], "ci_high": d["delta_ci_hi"], "p_value": d["p_value"],
+                     "n_items": int(d["n_paired"]), "meaningful": bool(d["n_paired"] >= SMALL_N)})
+    return pd.DataFrame(rows, columns=DELTAS_COLUMNS)
+
+
+def small_n_banner(head: pd.DataFrame) -> str | None:
+    """The pipeline-check banner when some run has fewer than SMALL_N items (None otherwise)."""
+    small = head[pd.to_numeric(head["n"], errors="coerce").fillna(0) < SMALL_N]
+    if small.empty:
+        return None
+    tasks = ", ".join(f"{t} (n={int(small[small['task'] == t]['n'].max())})" for t in dict.fromkeys(small["task"]))
+    return (f"> **Pipeline check.** {len(small)} of {len(head)} runs have fewer than {SMALL_N} items: {tasks}. "
+            "Their numbers show that the pipeline runs end to end, not how compression performs; read their "
+            f"intervals; their Δ and p are marked {NOT_MEANINGFUL} (not meaningful)")
 
 
 def _per_problem_tables(head: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
@@ -51,18 +87,17 @@ def _sections(root: Path):
     """``(summary, head, [(title, table)], plots)``."""
     summary = collect(root)
     head = headline(summary)
+    head["kv_mib_at_max_new"] = kv_at_max_new(head)
     deltas = paired_deltas(head)
     tables = [*pivots(summary, head, deltas), ("Every run: headline, Δ vs full cache, behaviour",
                                                behaviour_table(head, deltas))]
     tables += breakdown_tables(summary)
     tables += _per_problem_tables(head)
-    # issue 29 (begin): published references beside full-cache runs of the paper models (evals/report/references.py)
-    references = reference_table(summary)
+    references = reference_table(summary)  # published references beside full-cache runs of the paper models
     if not references.empty:
         tables.insert(0, ("Published references for full-cache runs (ours ± se; published ± se [95% interval])",
                           references))
-    # issue 29 (end)
-    return summary, head, tables
+    return summary, head, tables, deltas
 
 
 def _md(df: pd.DataFrame) -> str:
@@ -74,7 +109,15 @@ def _md(df: pd.DataFrame) -> str:
     return df.to_markdown(index=False, floatfmt=".4g")
 
 
-def _html(root: Path, head: pd.DataFrame, tables, plots: list[Path]) -> str:
+def figure_title(path: Path) -> str:
+    """``frontier__needle__smollm2_135m.png`` -> ``needle · smollm2_135m: accuracy vs KV memory held``."""
+    kind, _, rest = path.stem.partition("__")
+    task, _, model = rest.partition("__")
+    what = {"frontier": "accuracy vs KV memory held", "budget": "accuracy vs prompt budget"}.get(kind, kind)
+    return f"{task} · {model}: {what}"
+
+
+def _html(root: Path, head: pd.DataFrame, tables, plots: list[Path], notes: list[str] = ()) -> str:
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'>",
         f"<title>Report: {html.escape(str(root))}</title>",
@@ -82,12 +125,14 @@ def _html(root: Path, head: pd.DataFrame, tables, plots: list[Path]) -> str:
         "font-size:13px;margin-bottom:1.5em}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
         "th{background:#f2f2f2}img{max-width:100%;border:1px solid #eee}</style></head><body>",
         f"<h1>Report: {html.escape(str(root))}</h1>",
-        f"<p>{head['run'].nunique()} runs.</p><p>{html.escape(UNITS_NOTE)}</p><h2>Figures</h2>",
+        f"<p>{head['run'].nunique()} runs.</p>",
+        *[f"<p><b>{html.escape(n.lstrip('> ').replace('**', ''))}</b></p>" for n in notes if n],
+        f"<p>{html.escape(UNITS_NOTE)}</p><h2>Figures</h2>",
     ]
     for path in plots:
         data = base64.b64encode(path.read_bytes()).decode("ascii")
-        parts.append(f"<h3>{html.escape(path.stem)}</h3><img alt='{html.escape(path.stem)}' "
-                     f"src='data:image/png;base64,{data}'>")
+        title = html.escape(figure_title(path))
+        parts.append(f"<h3>{title}</h3><img alt='{title}' src='data:image/png;base64,{data}'>")
     for title, table in tables:
         parts.append(f"<h2>{html.escape(title)}</h2>")
         parts.append(table.to_html(index=False, na_rep="—", border=0))
@@ -98,17 +143,24 @@ def _html(root: Path, head: pd.DataFrame, tables, plots: list[Path]) -> str:
 def write_report(root: Path) -> tuple[Path, pd.DataFrame]:
     """Write ``summary_all.csv``, ``plots/``, ``report.md`` and ``report.html`` under ``root``; return the
     markdown report's path and the headline (one row per run)."""
-    summary, head, tables = _sections(root)
+    summary, head, tables, deltas = _sections(root)
     summary.drop(columns=["run_dir", "pair_key"]).to_csv(root / "summary_all.csv", index=False)
+    deltas_table(head, deltas).to_csv(root / "deltas.csv", index=False)
     plots = plot(head, root / "plots")
-    lines = [f"# Report: {root}", "", f"{head['run'].nunique()} runs, {len(summary)} summary rows.", "",
-             UNITS_NOTE, "", "## Figures", ""]
-    lines += [f"![{p.stem}](plots/{p.name})" for p in plots] + [""]
+    banner = small_n_banner(head)
+    notes = inversion_notes(head)
+    lines = [f"# Report: {root}", "", f"{head['run'].nunique()} runs, {len(summary)} summary rows.", ""]
+    lines += [banner, ""] if banner else []
+    lines += [UNITS_NOTE, "", "## Figures", ""]
+    lines += [f"![{figure_title(p)}](plots/{p.name})" for p in plots] + [""]
+    if notes:
+        lines += ["## Why a compressed run can hold more KV than the full cache", ""]
+        lines += [f"- {n}" for n in notes] + [""]
     for title, table in tables:
         lines += [f"## {title}", "", _md(table), ""]
     path = root / "report.md"
     path.write_text("\n".join(lines), encoding="utf-8")
-    (root / "report.html").write_text(_html(root, head, tables, plots), encoding="utf-8")
+    (root / "report.html").write_text(_html(root, head, tables, plots, [banner or "", *notes]), encoding="utf-8")
     return path, head
 
 
@@ -123,9 +175,19 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    cols = ["model", "task", "label", "prompt_budget", "metric", "value", "stderr", "n"]
+    table = pd.DataFrame({
+        "model": head["model"], "task": head["task"], "method": head["label"],
+        "budget": head["prompt_budget"].map(lambda b: "full" if pd.isna(b) else str(int(b))),
+        "metric": head["metric"] + head["unit"].map(lambda u: f" ({u})" if u else ""),
+        "value [95% CI]": [f"{v:.1f} [{lo:.1f}, {hi:.1f}]" if u == "%" and pd.notna(lo) else f"{v:.4g}"
+                           for v, lo, hi, u in zip(head["value"], head["ci_lo"], head["ci_hi"], head["unit"])],
+        "n": head["n"].map(lambda n: str(int(n))),
+    })
     with pd.option_context("display.width", 200, "display.max_columns", 20, "display.max_rows", 200):
-        print(head[cols].rename(columns={"label": "method"}).to_string(index=False, na_rep="—"))
-    print(f"\nreport: {path}\nhtml: {root / 'report.html'}\nsummary: {root / 'summary_all.csv'}\nplots: "
-          f"{root / 'plots'}")
+        print(table.to_string(index=False))
+    banner = small_n_banner(head)
+    if banner:
+        print("\n" + banner.lstrip("> ").replace("**", ""))
+    print(f"\nreport: {path}\nhtml: {root / 'report.html'}\nsummary: {root / 'summary_all.csv'}\ndeltas: "
+          f"{root / 'deltas.csv'}\nplots: {root / 'plots'}")
     return 0

@@ -9,6 +9,7 @@ import math
 
 import pandas as pd
 
+from evals.stats import SMALL_N
 from evals.summary import identity_extra
 from snapstream_core.methods import METHODS, knob_names
 from tasks.protocol import hook
@@ -19,9 +20,19 @@ BEHAVIOUR = {  # summary metric -> column title
     "share_think_unclosed": "</think> never closed (%)",
     "share_prompt_truncated": "prompt cut (%)",
     "mean_kv_tokens_peak": "KV tokens held (mean peak)",
-    "mean_kv_bytes_peak": "KV bytes held (mean peak)",
+    "mean_kv_bytes_peak": "KV held (MiB, mean peak)",
 }
 DASH = "—"
+# The report's task order: the diagnostic that shows what compression does first, then the long-context benchmark,
+# then the long-generation ones; other tasks after them, alphabetically.
+TASK_ORDER = ("needle", "longbench_v2", "aime24", "livecodebench")
+MIB = 1024 * 1024
+NOT_MEANINGFUL = "n.m."  # Δ / p on fewer than SMALL_N paired items: shown, but marked not meaningful
+
+
+def task_rank(task: str) -> int:
+    """Position of ``task`` in :data:`TASK_ORDER` (others after it)."""
+    return TASK_ORDER.index(task) if task in TASK_ORDER else len(TASK_ORDER)
 
 
 def variant_knobs(frame: pd.DataFrame) -> list[str]:
@@ -62,6 +73,8 @@ def fmt(value, unit: str = "") -> str:
     value = float(value)
     if unit == "%":
         return f"{value:.1f}"
+    if unit == "MiB":
+        return f"{value:.2f}"
     if value.is_integer() and abs(value) < 1e15:
         return f"{int(value):,}" if unit in ("tokens", "bytes") else str(int(value))
     return f"{value:.4g}"
@@ -123,23 +136,32 @@ def headline(summary: pd.DataFrame) -> pd.DataFrame:
     for metric in BEHAVIOUR:
         if metric not in out.columns:
             out[metric] = math.nan
-    out = out.sort_values(["model", "task", "method", "prompt_budget", "run"], na_position="first")
-    out = out.reset_index(drop=True)
+    out["_task_rank"] = out["task"].map(task_rank)
+    out = out.sort_values(["model", "_task_rank", "task", "method", "prompt_budget", "run"], na_position="first")
+    out = out.drop(columns="_task_rank").reset_index(drop=True)
     out["label"] = assign_labels(out)
     return out
 
 
-def _cell(value, stderr, unit: str) -> str:
+def _cell(value, lo, hi, n, unit: str) -> str:
+    """``value [lo, hi] (n=N)``: the 95% interval (Wilson or bootstrap: ``ci_method``) and the items behind it."""
     text = fmt(value, unit)
-    return text if text == DASH or fmt(stderr, unit) == DASH else f"{text} ± {fmt(stderr, unit)}"
+    if text == DASH:
+        return text
+    ci = "" if fmt(lo, unit) == DASH else f" [{fmt(lo, unit)}, {fmt(hi, unit)}]"
+    count = "" if n is None or pd.isna(n) else f" (n={int(n)})"
+    return f"{text}{ci}{count}"
 
 
 def _delta_cell(d: pd.Series | None, unit: str) -> str:
     if d is None or pd.isna(d["delta"]):
         return ""
+    delta = f"{float(d['delta']):+.1f}" if unit == "%" else f"{float(d['delta']):+.3g}"
+    if d["n_paired"] < SMALL_N:
+        return f" (Δ {delta}, {NOT_MEANINGFUL}: {int(d['n_paired'])} items)"
     p = d["p_value"]
     ptext = DASH if pd.isna(p) else ("<0.001" if p < 0.001 else f"{p:.2f}")
-    return f" (Δ {float(d['delta']):+.1f}, p {ptext})" if unit == "%" else f" (Δ {float(d['delta']):+.3g}, p {ptext})"
+    return f" (Δ {delta}, p {ptext})"
 
 
 def pivots(summary: pd.DataFrame, head: pd.DataFrame, deltas: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
@@ -166,20 +188,24 @@ def pivots(summary: pd.DataFrame, head: pd.DataFrame, deltas: pd.DataFrame) -> l
                 if line[col] != DASH:
                     raise AssertionError(f"report: two runs in one cell ({info['label']}, {col})")
                 d = by_run.loc[run] if by_run is not None and metric == info["metric"] and run in by_run.index else None
-                line[col] = _cell(v["value"], v["stderr"], unit) + _delta_cell(d, unit)
+                line[col] = _cell(v["value"], v["ci_lo"], v["ci_hi"], v["n"], unit) + _delta_cell(d, unit)
             table = pd.DataFrame(list(lines.values()), columns=columns)
             if (table["full"] == DASH).all():
                 table = table.drop(columns=["full"])
             unit_text = f" ({unit})" if unit else ""
-            tables.append((f"{task} · {model}: {metric}{unit_text}, ± standard error", table))
+            tables.append((f"{task} · {model}: {metric}{unit_text}, [95% CI] (n items)", table))
     return tables
+
+
+def _marked(n_paired: float) -> str:
+    return f" {NOT_MEANINGFUL}" if n_paired < SMALL_N else ""
 
 
 def behaviour_table(head: pd.DataFrame, deltas: pd.DataFrame) -> pd.DataFrame:
     """One row per run: the headline with its 95% interval, Δ vs the full cache with its interval and p-value, and
     the behaviour columns."""
     table = head.merge(deltas, on="run", how="left") if len(deltas) else head.assign(
-        delta=math.nan, delta_ci_lo=math.nan, delta_ci_hi=math.nan, p_value=math.nan)
+        delta=math.nan, delta_ci_lo=math.nan, delta_ci_hi=math.nan, p_value=math.nan, n_paired=math.nan)
     out = pd.DataFrame({
         "model": table["model"], "task": table["task"], "method": table["label"],
         "budget": table["prompt_budget"].map(fmt),
@@ -189,15 +215,20 @@ def behaviour_table(head: pd.DataFrame, deltas: pd.DataFrame) -> pd.DataFrame:
             for v, lo, hi, u in zip(table["value"], table["ci_lo"], table["ci_hi"], table["unit"])],
         "n": table["n"].map(fmt),
         "Δ vs full [95% CI]": [
-            DASH if pd.isna(d) else (f"{d:+.1f} [{lo:+.1f}, {hi:+.1f}]" if u == "%"
-                                     else f"{d:+.3g} [{lo:+.3g}, {hi:+.3g}]")
-            for d, lo, hi, u in zip(table["delta"], table["delta_ci_lo"], table["delta_ci_hi"], table["unit"])],
-        "p": table["p_value"].map(lambda p: DASH if pd.isna(p) else ("<0.001" if p < 0.001 else f"{p:.3f}")),
+            DASH if pd.isna(d) else (f"{d:+.1f} [{lo:+.1f}, {hi:+.1f}]" if u == "%" else
+                                     f"{d:+.3g} [{lo:+.3g}, {hi:+.3g}]") + _marked(n)
+            for d, lo, hi, u, n in zip(table["delta"], table["delta_ci_lo"], table["delta_ci_hi"], table["unit"],
+                                       table["n_paired"].fillna(0))],
+        "p": [DASH if pd.isna(p) else (NOT_MEANINGFUL if n < SMALL_N else ("<0.001" if p < 0.001 else f"{p:.3f}"))
+              for p, n in zip(table["p_value"], table["n_paired"].fillna(0))],
     })
-    units = {"mean_gen_tokens": "tokens", "mean_kv_tokens_peak": "tokens", "mean_kv_bytes_peak": "bytes"}
+    units = {"mean_gen_tokens": "tokens", "mean_kv_tokens_peak": "tokens", "mean_kv_bytes_peak": "MiB"}
     for metric, title in BEHAVIOUR.items():
         if table[metric].notna().any():
-            out[title] = table[metric].map(lambda v, u=units.get(metric, "%"): fmt(v, u))
+            scale = MIB if metric == "mean_kv_bytes_peak" else 1
+            out[title] = table[metric].map(lambda v, u=units.get(metric, "%"), s=scale: fmt(v / s, u))
+    if "kv_mib_at_max_new" in table and table["kv_mib_at_max_new"].notna().any():
+        out["KV at max_new_tokens (MiB, bound)"] = table["kv_mib_at_max_new"].map(lambda v: fmt(v, "MiB"))
     return out
 
 
@@ -205,19 +236,21 @@ def breakdown_tables(summary: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     """Per task and metric with groups (LongBench-v2 difficulty/length/domain, LCB difficulty, needle depth, AIME
     exam): one row per run (its knobs that vary), one column per group, ``value ± stderr``."""
     tables = []
-    for (task, metric), frame in summary.groupby(["task", "metric"], sort=False):
+    groups = sorted(summary.groupby(["task", "metric"], sort=False), key=lambda kv: task_rank(kv[0][0]))
+    for (task, metric), frame in groups:
         if metric.startswith("mean_") or frame["group"].nunique() < 2:
             continue
         knobs = [k for k in variant_knobs(frame) if k != "recent" and frame[k].nunique() > 1]
         keys = ["model", "method", "prompt_budget", "recent", *knobs]
         runs = frame.drop_duplicates("run").set_index("run")[keys]
         unit = str(frame["unit"].iloc[0]) if "unit" in frame else ""
-        frame = frame.assign(cell=[_cell(v, s, unit) for v, s in zip(frame["value"], frame["stderr"])])
+        frame = frame.assign(cell=[_cell(v, lo, hi, n, unit) for v, lo, hi, n in zip(
+            frame["value"], frame["ci_lo"], frame["ci_hi"], frame["n"])])
         wide = frame.pivot_table(index="run", columns="group", values="cell", aggfunc="first", sort=False)
         groups = [*[g for g in wide.columns if g == "all"], *[g for g in wide.columns if g != "all"]]
         table = runs.join(wide[groups]).sort_values(keys, na_position="first").reset_index(drop=True)
         for key in keys:
             table[key] = table[key].map(fmt)
         unit_text = f" ({unit})" if unit else ""
-        tables.append((f"{task}: {metric}{unit_text} by group, ± standard error", table.fillna(DASH)))
+        tables.append((f"{task}: {metric}{unit_text} by group, [95% CI] (n per group)", table.fillna(DASH)))
     return tables

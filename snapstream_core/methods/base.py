@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import Field, asdict, dataclass, field, fields
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import torch
+if TYPE_CHECKING:  # the dataclasses import no torch: configs are checked before torch loads
+    import torch
 
 POSITIONS = ("original", "in_cache")
 POOLINGS = ("max", "avg")
@@ -126,6 +127,8 @@ def check_positive(name: str, value: int, minimum: int = 1) -> None:
 def sink_and_tail_scores(key_valid: torch.Tensor, sinks: int, tail: int) -> torch.Tensor:
     """Priorities (B, T) that keep the first ``sinks`` valid tokens of each row (2.0), then its last ``tail``
     tokens (1.0); everything else and padding are ``-inf``. Rows are left-padded, so the tail is the suffix."""
+    import torch
+
     B, T = key_valid.shape
     rank = key_valid.long().cumsum(-1) - 1  # (B, T): index among the row's valid tokens
     scores = torch.full((B, T), float("-inf"), device=key_valid.device)

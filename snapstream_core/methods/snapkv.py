@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 from snapstream_core.methods.base import (
     GQA_AGGS,
@@ -21,7 +22,6 @@ from snapstream_core.methods.base import (
     Selection,
     check_positive,
 )
-from snapstream_core.selection import snapkv_scores
 
 
 @dataclass(frozen=True)
@@ -107,6 +107,10 @@ class SnapKV(CompressionMethod):
 
     def priorities(self, view: PrefillView) -> torch.Tensor:
         """(B, H_kv, T): SnapKV scores on the prefix, ``+inf`` on the window and the sinks, ``-inf`` on padding."""
+        import torch
+
+        from snapstream_core.selection import snapkv_scores
+
         T = view.keys.shape[2]
         prefix = snapkv_scores(
             view.query[:, :, -self.window :],

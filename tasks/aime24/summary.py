@@ -9,7 +9,7 @@ paper's "pass@1 50.4"). Definitions, per problem i with n_i samples of which c_i
 - ``cons@n`` (n = samples per problem, only when n > 1) = fraction of problems whose majority-voted answer is
   correct. Votes are over canonical predictions ("025", "\\dfrac{50}{2}" and "25" are one vote); samples without a
   prediction do not vote; ties go to the answer reached by the lowest ``sample_idx``;
-- ``answered`` = fraction of rows with a prediction.
+- ``answered`` = fraction of rows with a prediction from a completion that ended before the token limit.
 
 Rows whose ``</think>`` never came are graded as ``task.protocol`` says (see :mod:`tasks.aime24`); their share
 is ``share_think_unclosed`` in the summary, per method and budget.
@@ -79,11 +79,20 @@ def per_problem(rows: pd.DataFrame) -> pd.DataFrame:
             "majority": vote,
             "majority_votes": votes,
             "cons_correct": cons,
-            "answered": float(sum(k is not None for k in keys) / len(keys)),
+            "answered": float(answered_rows(group).mean()),
             "gen_truncated": int((group["finish_reason"] == "length").sum()) if "finish_reason" in group else 0,
             "gen_tokens_mean": _mean(group, "gen_tokens"),
         })
     return pd.DataFrame(lines, columns=columns)
+
+
+def answered_rows(rows: pd.DataFrame) -> pd.Series:
+    """Per row: an answer was extracted from a completion that ended before ``max_new_tokens`` (a completion cut at
+    the limit is not answered, whatever number its last line happens to hold)."""
+    answered = rows["prediction"].map(prediction_key).notna()
+    if "finish_reason" in rows:
+        answered &= rows["finish_reason"].astype(str) != "length"
+    return answered
 
 
 def summarize(rows: pd.DataFrame, *, cfg: Any = None) -> pd.DataFrame:
@@ -107,14 +116,13 @@ def summarize(rows: pd.DataFrame, *, cfg: Any = None) -> pd.DataFrame:
             add(f"pass@{k}", value / n_items, n_items)
     if n_max > 1:
         add(f"cons@{n_max}", problems["cons_correct"].mean(), n_items)
-    answered = rows["prediction"].map(prediction_key).notna()
+    answered = answered_rows(rows)
     add("answered", answered.mean(), len(rows))
     if "exam" in rows:
         for exam, group in problems.dropna(subset=["exam"]).groupby("exam", sort=True):
             add("pass@1", group["pass@1"].mean(), len(group), f"exam={exam}")
             sample_rows = rows[rows["exam"] == exam]
-            add("answered", sample_rows["prediction"].map(prediction_key).notna().mean(), len(sample_rows),
-                f"exam={exam}")
+            add("answered", answered_rows(sample_rows).mean(), len(sample_rows), f"exam={exam}")
     return pd.DataFrame(out, columns=SUMMARY_COLUMNS)
 
 
@@ -136,7 +144,7 @@ def item_terms(rows: pd.DataFrame, *, cfg: Any = None) -> pd.DataFrame:
             parts.append(terms.item_mean(pd.Series(scores, index=problems.index), f"pass@{k}"))
     if 1 < n_max == n_min:
         parts.append(terms.item_mean(problems["cons_correct"].astype(float), f"cons@{n_max}"))
-    answered = rows["prediction"].map(prediction_key).notna().astype(float)
+    answered = answered_rows(rows).astype(float)
     parts.append(terms.row_mean(rows["item_id"], answered, "answered"))
     if "exam" in rows:
         one_exam = bool((rows.groupby(rows["item_id"].astype(str))["exam"].nunique() <= 1).all())

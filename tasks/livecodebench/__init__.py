@@ -26,7 +26,7 @@ from tasks.livecodebench.data import load_problems, release_files, source_paths,
 from tasks.livecodebench.grader import OUTCOMES, PROTOCOLS, GradeSettings, Verdict, grade, grade_many
 from tasks.livecodebench.problem import Problem
 from tasks.livecodebench.prompts import build_prompt, extract_code, resolve_style
-from tasks.source import cfg_get
+from tasks.source import cfg_get, source_of
 
 PRIMARY_METRIC = "pass@1"
 
@@ -57,7 +57,7 @@ def validate(cfg: Any) -> None:
     resolve_style(str(cfg_get(cfg, "prompt_style", "auto")), None)
     _ks(cfg)
     settings = GradeSettings.from_cfg(cfg)
-    if cfg_get(cfg, "source", "hub") == "hub":
+    if source_of(cfg) == "hub":  # checked without the network: the files are fetched once, when the job loads them
         release_files(str(cfg_get(cfg, "release", "release_latest")))
         try:
             import huggingface_hub  # noqa: F401

@@ -7,12 +7,13 @@ as they are, so that a document is rendered, filtered and scored exactly as ``lm
 
 from __future__ import annotations
 
-import difflib
 import json
 import logging
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+
+from snapstream_core.hints import did_you_mean
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +77,7 @@ def check_name(cfg) -> None:
     tm = manager_for(cfg)
     entry = tm.task_index.get(name)
     if entry is None:
-        close = difflib.get_close_matches(name, tm.all_tasks, n=3)
-        hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        hint = did_you_mean(name, tm.all_tasks, n=3)
         scope = "" if cfg.get("include_defaults", True) else " (task.include_defaults=false: include_path only)"
         raise ValueError(f"task.name: unknown lm-eval task {name!r}{scope}.{hint}")
     if entry.kind in (Kind.GROUP, Kind.TAG):

@@ -9,12 +9,12 @@ Schema of ``THUDM/LongBench-v2`` (split ``train``, 503 rows), as the official ``
 
 from __future__ import annotations
 
-import difflib
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from snapstream_core.hints import did_you_mean
 from tasks.base import read_records, require_fields
 from tasks.longbench_v2.protocols import protocol_name
 from tasks.source import apply_limit, check_limit, local_file
@@ -91,8 +91,7 @@ def filter_values(cfg: Any, knob: str) -> tuple[str, ...] | None:
         raise ValueError(f"task.{knob}: empty list; use null to keep every {knob}")
     for value in values:
         if value not in allowed:
-            close = difflib.get_close_matches(str(value), allowed, n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
+            hint = did_you_mean(value, allowed)
             raise ValueError(f"task.{knob}: unknown value {value!r}; expected one of {', '.join(allowed)}.{hint}")
     return values
 

@@ -1,0 +1,121 @@
+"""The headline of one run: the lines a run ends with, and ``results.json`` beside its ``summary.csv``.
+
+The headline is the task's report metrics (``REPORT_METRICS``, else its primary metric) on the whole set, each with
+its 95% interval and ``ci_method``, the number of items and of samples, the KV cache held (mean peak per sequence,
+MiB) and the decode throughput (generated tokens per second of generation time). ``results.json`` has the shape of
+lm-eval's results file (``results`` -> task -> ``"<metric>,none"`` and ``"<metric>_stderr,none"``, ``n-samples``,
+``config``) plus the interval bounds and the cost figures. Imports no torch.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+from evals.stats import SMALL_N
+
+log = logging.getLogger(__name__)
+
+RESULTS = "results.json"
+MIB = 1024 * 1024
+
+
+def _num(value: Any) -> float | None:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(value) else value
+
+
+def run_results(run_dir: Path) -> dict[str, Any]:
+    """The headline of the run in ``run_dir`` (its ``summary.csv``, ``samples.csv`` and ``meta.json``)."""
+    import pandas as pd
+
+    from evals.report.tables import report_metrics
+
+    summary = pd.read_csv(run_dir / "summary.csv")
+    meta = json.loads((run_dir / "meta.json").read_text())
+    task = str(summary["task"].iloc[0])
+    whole = summary[summary["group"] == "all"]
+    values = {m: r for m, r in zip(whole["metric"], whole.to_dict("records"))}
+    metrics = report_metrics(task, whole)
+    samples_path = run_dir / "samples.csv"
+    samples = pd.read_csv(samples_path) if samples_path.is_file() else pd.DataFrame()
+    n_items = int(samples["item_id"].nunique()) if "item_id" in samples else int(meta.get("n_items") or 0)
+    n_rows = len(samples)
+    gen = pd.to_numeric(samples.get("gen_tokens"), errors="coerce") if n_rows else None
+    secs = pd.to_numeric(samples.get("latency_s"), errors="coerce") if n_rows else None
+    tok_s = float(gen.sum() / secs.sum()) if gen is not None and secs is not None and secs.sum() > 0 else None
+    kv = _num(values.get("mean_kv_bytes_peak", {}).get("value"))
+    config = meta.get("config", {})
+    knobs = meta.get("identity", {}).get("compression", {})
+    entry: dict[str, Any] = {"alias": task}
+    for m in metrics:
+        r = values[m]
+        entry[f"{m},none"] = _num(r["value"])
+        entry[f"{m}_stderr,none"] = _num(r.get("stderr"))
+        entry[f"{m}_ci_lo,none"] = _num(r.get("ci_lo"))
+        entry[f"{m}_ci_hi,none"] = _num(r.get("ci_hi"))
+    return {
+        "results": {task: entry},
+        "metrics": {m: {"value": _num(values[m]["value"]), "ci_lo": _num(values[m].get("ci_lo")),
+                        "ci_hi": _num(values[m].get("ci_hi")), "unit": values[m].get("unit") or "",
+                        "ci_method": values[m].get("ci_method") if isinstance(values[m].get("ci_method"), str) else "",
+                        "n": int(values[m]["n"])} for m in metrics},
+        "n-samples": {task: {"original": n_items, "effective": n_rows}},
+        "small_n": n_items < SMALL_N,
+        "kv_mib_mean_peak": None if kv is None else kv / MIB,
+        "gen_tokens_per_s": tok_s,
+        "config": {"model": config.get("model", {}).get("name"), "task": task, "compression": knobs,
+                   "gen": config.get("gen", {}), "fingerprint": meta.get("fingerprint")},
+        "run_dir": str(run_dir),
+    }
+
+
+def _fmt(value: float | None, unit: str) -> str:
+    if value is None:
+        return "—"
+    return f"{value:.1f}" if unit == "%" else f"{value:.4g}"
+
+
+def headline_text(res: dict[str, Any]) -> str:
+    """The lines a run ends with (see :func:`run_results`)."""
+    cfg = res["config"]
+    knobs = {k: v for k, v in cfg["compression"].items() if k != "method" and v is not None}
+    method = cfg["compression"].get("method", "?")
+    shown = ", ".join(f"{k}={v}" for k, v in knobs.items() if k in ("prompt_budget", "recent", "ratio"))
+    head = f"{cfg['task']} · {cfg['model']} · {method}" + (f" ({shown})" if shown else "")
+    (counts,) = res["n-samples"].values()
+    lines = [f"result: {head}"]
+    for m, r in res["metrics"].items():
+        unit = r["unit"]
+        ci = "" if r["ci_lo"] is None else f" [{_fmt(r['ci_lo'], unit)}, {_fmt(r['ci_hi'], unit)}] 95% CI"
+        how = f" ({r['ci_method']})" if r["ci_method"] else ""
+        lines.append(f"  {m}{' (%)' if unit == '%' else ''}: {_fmt(r['value'], unit)}{ci}{how}")
+    cost = [f"{counts['original']} items, {counts['effective']} samples"]
+    if res["kv_mib_mean_peak"] is not None:
+        cost.append(f"KV held {res['kv_mib_mean_peak']:.2f} MiB (mean peak)")
+    if res["gen_tokens_per_s"] is not None:
+        cost.append(f"{res['gen_tokens_per_s']:.1f} tokens/s generated (prefill included)")
+    lines.append("  " + " · ".join(cost))
+    if res["small_n"]:
+        lines.append(f"  fewer than {SMALL_N} items: a pipeline check, not a finding")
+    return "\n".join(lines)
+
+
+def show_headline(run_dir: Path) -> dict[str, Any] | None:
+    """Write ``results.json`` in ``run_dir`` and log the headline; None (and a warning) if it cannot be built."""
+    try:
+        res = run_results(Path(run_dir))
+    except (OSError, ValueError, KeyError, IndexError) as exc:
+        log.warning("no headline for %s: %s", run_dir, exc)
+        return None
+    from evals.rundir import write_atomic
+
+    write_atomic(Path(run_dir) / RESULTS, json.dumps(res, indent=2))
+    log.info("%s\n  run: %s", headline_text(res), run_dir)
+    return res
