@@ -259,8 +259,11 @@ def _complete(p: RunPlan) -> bool:
         meta = json.loads((p.run_dir / META).read_text())
     except (OSError, ValueError):
         return False
-    return (meta.get("status") == "complete" and meta.get("fingerprint") == p.fingerprint
-            and (p.run_dir / SUMMARY).is_file() and (p.run_dir / SAMPLES).is_file())
+    if not (meta.get("status") == "complete" and meta.get("fingerprint") == p.fingerprint
+            and (p.run_dir / SUMMARY).is_file() and (p.run_dir / SAMPLES).is_file()):
+        return False
+    with open(p.run_dir / SAMPLES, "rb") as fh:  # rows lost since (a file cut by hand or restored): resume them
+        return sum(1 for line in fh if line.strip()) == meta.get("n_rows")
 
 
 def _protocol(task, task_cfg) -> str | None:

@@ -39,8 +39,8 @@ def _probe(args: list[str], timeout: int = 120) -> tuple[subprocess.CompletedPro
 
 
 @pytest.mark.parametrize("arg, message", [
-    ("gen.temperature=abc", "error: gen.temperature: must be a number, got 'abc'"),
-    ("gen.max_new_tokens=1.5", "error: gen.max_new_tokens: must be an integer, got 1.5"),
+    ("gen.temperature=abc", "error: gen.temperature: expected a finite number, got 'abc'"),
+    ("gen.max_new_tokens=1.5", "error: gen.max_new_tokens: expected an integer, got 1.5"),
 ])
 def test_a_bad_value_is_one_line_naming_the_knob_and_torch_is_not_imported(arg, message, tmp_path):
     proc, (code, torch_loaded, transformers_loaded) = _probe([*TINY, arg, f"out_root={tmp_path}"])

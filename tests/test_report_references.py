@@ -85,7 +85,7 @@ def test_report_sections_show_the_references(tmp_path):
                    "prompt_budget": float("nan"), "recent": float("nan"), "metric": "accuracy", "group": "all",
                    "value": 31.0, "n": 503, "stderr": 2.0, "ci_lo": 27.0, "ci_hi": 35.0, "unit": "percent",
                    "run_id": "x", "fingerprint": "f"}]).to_csv(run / "summary.csv", index=False)
-    _summary, _head, tables = _sections(tmp_path)
+    _summary, _head, tables, _deltas = _sections(tmp_path)
     title, table = tables[0]
     assert title.startswith("Published references")
     assert table.iloc[0]["published"].startswith("30.0 ± 2.0")
