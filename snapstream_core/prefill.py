@@ -12,16 +12,19 @@ DeepSeek-R1-Distill-Llama) one decoder layer at a time over the whole prompt:
    (``finish_prefill``) exactly as in the one-pass prefill, and the staging buffer is dropped;
 3. ``lm_head(norm(h[:, -1:]))``: logits for the last position only.
 
-Memory (bytes; ``b`` = dtype bytes, ``L`` layers, ``H``/``H_kv`` query/KV heads, ``D`` head dim, ``d`` hidden,
-``I`` MLP width, ``C = min(chunk_size, T)``, ``kept`` the KV entries a compressed layer keeps, ``w`` the window)::
+Memory (bytes, above the weights; ``b`` dtype bytes, ``L`` layers, ``H``/``H_kv`` query/KV heads, ``D`` head dim,
+``d`` hidden, ``I`` MLP width, ``V`` vocabulary, ``C = min(chunk_size, T)``, ``S`` the slots a compressed layer
+holds, ``w`` the SnapKV window; :func:`prefill_peak_bytes` computes it)::
 
-    peak ~= weights
-          + T * d * b                          residual stream
-          + 2 * T * H_kv * D * b               one full layer of KV (the staging buffer)
-          + (L - 1) * 2 * kept * H_kv * D * b  the layers already compressed
-          + C * (4 * d + 2 * (H + 2 * H_kv) * D + 3 * I) * b + C * T     one chunk's activations + its bool mask
-          + 2 * T * H_kv * D * 4 + 3 * H * w * T * 4                      SnapKV scoring (fp32 keys, window probs)
-          + V * 4                                                         the last position's logits
+    peak = T * d * b                                  residual stream
+         + 2 * T * H_kv * D * b                       one full layer of KV (the staging buffer)
+         + (L - 1) * S * H_kv * (2 * D * b + 9)       the layers already compressed (+ slot validity, position)
+         + max(C * (2 * d + 3 * I) * b,                one chunk's MLP
+               C * (2 * d + 2 * (H + 2 * H_kv) * D) * b   one chunk's attention projections
+                 + [C < T] * (C * T * (1 + b) + 2 * T * H * D * b),   sdpa mask (bool + float), K/V repeated to H
+               3 * H * w * T * 4 + [b != 4] * 2 * T * H_kv * D * 4)   SnapKV scoring (fp32)
+           + 2 * C * D * 4                            RoPE cos/sin of the chunk
+         + V * 4                                      the last position's logits
 
 (``docs/memory.md`` derives it; ``tests/test_prefill_memory.py`` checks it against allocations tracked on CPU.)
 The one-pass prefill instead holds ``T`` positions of every activation, and generation with ``model(...)`` without
@@ -150,6 +153,17 @@ def query_rows(method: CompressionMethod, prompt_len: int) -> int:
     return 0 if isinstance(method, StreamingLLM) else prompt_len
 
 
+def compressed_slots(method: CompressionMethod, prompt_len: int) -> int:
+    """KV slots per KV head a layer allocates when its selection is done (the ring is allocated whole)."""
+    from snapstream_core.methods.streaming_llm import StreamingLLM
+
+    if method.ring is None:
+        return method.footprint(prompt_len, 0)
+    if isinstance(method, StreamingLLM):
+        return min(method.sinks, prompt_len) + method.ring
+    return method.footprint(prompt_len, 0) + method.ring  # SnapStream: the kept prompt (frozen) + the ring
+
+
 def prefill_peak_bytes(
     config, prompt_len: int, slots: int, *, chunk_size: int | None = None, window: int = 0, dtype_bytes: int = 4
 ) -> int:
@@ -176,13 +190,13 @@ def prefill_peak_bytes(
     full_layer = 2 * T * H_kv * D * b
     compressed = (L - 1) * slots * H_kv * (2 * D * b + 9)  # K, V; bool validity and long position per slot
     rope = 2 * C * D * 4  # cos, sin (computed in float32)
-    mlp = C * (2 * d + 3 * inter) * b + rope
-    attention = C * (2 * d + 2 * (H + 2 * H_kv) * D) * b + rope
+    mlp = C * (2 * d + 3 * inter) * b
+    attention = C * (2 * d + 2 * (H + 2 * H_kv) * D) * b
     if C < T:  # chunks after the first: explicit mask (bool + float) and K/V repeated to the H query heads
         attention += C * T * (1 + b) + 2 * T * H * D * b
     keys_fp32 = 2 * T * H_kv * D * 4 if b != 4 else 0
     scoring = 3 * H * window * T * 4 + keys_fp32
-    return residual + full_layer + compressed + max(mlp, attention, scoring) + config.vocab_size * 4
+    return residual + full_layer + compressed + max(mlp, attention, scoring) + rope + config.vocab_size * 4
 
 
 def layer_major(model) -> bool:
