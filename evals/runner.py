@@ -311,6 +311,8 @@ def _generate_and_score(cfg: DictConfig, p: RunPlan, items: list, replay=None) -
     backend reports for ``meta.json``."""
     samples_path = p.run_dir / SAMPLES
     done = done_keys(read_rows(samples_path))
+    if cfg.backend.name == "hf" and (copied := _copy_if_same(cfg, p, items, done)) is not None:
+        return copied
     backend = replay or make_backend(cfg, p.method, p.sampling, rows=p.rows)
     work = _pending_work(backend, p, items, done)
     if done:
@@ -323,6 +325,24 @@ def _generate_and_score(cfg: DictConfig, p: RunPlan, items: list, replay=None) -
                 writer.write(_row(cfg, p, outcome))
             progress.update(ended)
     return backend.meta() if hasattr(backend, "meta") else {}
+
+
+def _copy_if_same(cfg: DictConfig, p: RunPlan, items: list, done: set[tuple[str, int]]) -> dict[str, Any] | None:
+    """When the method keeps every token of every pending item and the full-cache run is complete, write its rows as
+    this run's (:mod:`evals.alias`) and return ``meta.json``'s ``same_as``; else None (generate as usual)."""
+    from evals.alias import copy_rows, find_source
+
+    n = p.sampling.n
+    pending = [(item, idx) for item in items
+               if (idx := tuple(i for i in range(n) if (str(item.item_id), i) not in done))]
+    source = find_source(cfg, p, pending)
+    if source is None:
+        return None
+    PromptStore(p.run_dir / PROMPTS).add(source.prompts)
+    with RowWriter(p.run_dir / SAMPLES) as writer:
+        for row in copy_rows(p, source):
+            writer.write(row)
+    return {"same_as": str(source.run_dir)}
 
 
 @dataclass(frozen=True)

@@ -140,6 +140,7 @@ def test_rows_fill_the_budget_and_respect_gen_rows():
         (["compression=snapstream", "compression.prompt_budget=1024", "compression.recent=1024"], 500, False),
         (["compression=streaming_llm", "compression.prompt_budget=40000"], 500, True),
         (["compression=none"], 500, False),  # the full cache is the reference, never an alias
+        (["compression=snapkv", "compression.prompt_budget=1024", "compression.positions=in_cache"], 500, False),
     ],
 )
 def test_alias_of_names_the_full_cache_when_the_method_keeps_every_token(overrides, longest, same):

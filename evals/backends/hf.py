@@ -29,6 +29,32 @@ log = logging.getLogger(__name__)
 END_OF_TURN = ("<|eot_id|>", "<|im_end|>", "<|end_of_text|>", "<｜end▁of▁sentence｜>")
 
 
+def encode_prompt(tokenizer: Any, model_cfg: Any, prompt: Prompt) -> list[int]:
+    """Token ids of a prompt: chat messages through the tokenizer's chat template (``model.system_prompt``
+    prepended unless thinking), raw text as is. Needs only the tokenizer: the runner counts prompts before any
+    weights load (evals/alias.py)."""
+    if isinstance(prompt.messages, str):
+        return tokenizer(prompt.messages, add_special_tokens=True)["input_ids"]
+    messages = list(prompt.messages)
+    system = model_cfg.system_prompt
+    if system and not model_cfg.thinking and messages and messages[0]["role"] != "system":
+        messages = [{"role": "system", "content": system}, *messages]
+    if prompt.prefill:
+        text = tokenizer.apply_chat_template(
+            [*messages, {"role": "assistant", "content": prompt.prefill}],
+            continue_final_message=True,
+            tokenize=False,
+        )
+        # continue_final_message cuts trailing whitespace of the prefill (R1's "<think>\n"): put it back
+        tail = prompt.prefill[len(prompt.prefill.rstrip()):]
+        if tail and not text.endswith(tail):
+            text += tail
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+    return tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=True, return_dict=False
+    )
+
+
 class HFBackend:
     name = "hf"
     loads_weights = True
@@ -95,27 +121,8 @@ class HFBackend:
         return list(range(n))
 
     def encode(self, prompt: Prompt) -> list[int]:
-        """Token ids of a prompt: chat messages through the tokenizer's chat template, raw text as is."""
-        if isinstance(prompt.messages, str):
-            return self.tokenizer(prompt.messages, add_special_tokens=True)["input_ids"]
-        messages = list(prompt.messages)
-        system = self.model_cfg.system_prompt
-        if system and not self.model_cfg.thinking and messages and messages[0]["role"] != "system":
-            messages = [{"role": "system", "content": system}, *messages]
-        if prompt.prefill:
-            text = self.tokenizer.apply_chat_template(
-                [*messages, {"role": "assistant", "content": prompt.prefill}],
-                continue_final_message=True,
-                tokenize=False,
-            )
-            # continue_final_message cuts trailing whitespace of the prefill (R1's "<think>\n"): put it back
-            tail = prompt.prefill[len(prompt.prefill.rstrip()):]
-            if tail and not text.endswith(tail):
-                text += tail
-            return self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        return self.tokenizer.apply_chat_template(
-            messages, add_generation_prompt=True, tokenize=True, return_dict=False
-        )
+        """Token ids of a prompt (:func:`encode_prompt` with this backend's tokenizer and model config)."""
+        return encode_prompt(self.tokenizer, self.model_cfg, prompt)
 
     def prompt_tokens(self, prompt: Prompt) -> int:
         return len(self.encode(prompt))

@@ -191,14 +191,13 @@ def alias_of(job: Job, max_prompt_tokens: int) -> Job | None:
     A method whose budget (and ring) holds every prompt of at most ``max_prompt_tokens`` tokens and every new
     token keeps everything, and is then token-identical to the full cache (docs/architecture.md, contract 1):
     SnapKV with ``prompt_budget`` >= the longest prompt, SnapStream with that and ``recent`` >= max_new_tokens,
-    StreamingLLM with ``sinks + recent`` >= prompt + new tokens. The alias's ``run_dir`` is the job's with the
+    StreamingLLM with ``sinks + recent`` >= prompt + new tokens; with ``positions=original`` only
+    (:meth:`~snapstream_core.methods.base.CompressionMethod.keeps_all`, the rule the runner copies rows by,
+    evals/alias.py). The alias's ``run_dir`` is the job's with the
     compression's directory name replaced by ``none``'s (the planner matches it against the sweep's own jobs).
     """
-    if job.compression == "none":
-        return None
     method = _method(dict(job.knobs))
-    G = job.max_new_tokens
-    if method.footprint(max_prompt_tokens, G) < max_prompt_tokens + G:
+    if not method.keeps_all(max_prompt_tokens, job.max_new_tokens):  # the full cache or in_cache: None too
         return None
     parts = job.run_dir.split("/")
     run_dir = "/".join("none" if p == job.compression_tag else p for p in parts) if job.run_dir else ""

@@ -3,7 +3,8 @@
 Each summary row gets ``run`` (the run directory relative to the root: one directory is one line of a plot and one
 row or cell of a table, whatever its knobs), ``fingerprint`` (from the row or from ``meta.json``) and ``pair_key``:
 the fingerprint of the run's identity without its compression (model, task and data, sampling, backend), which is
-what a compressed run and its full-cache run share (:mod:`evals.report.paired`).
+what a compressed run and its full-cache run share (:mod:`evals.report.paired`), and ``same_as``: the full-cache run
+whose rows the run copied instead of generating them (evals/alias.py), else empty.
 """
 
 from __future__ import annotations
@@ -34,6 +35,17 @@ def pair_key(meta: dict) -> str | None:
     return hashlib.sha256(json.dumps(rest, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def _relative(run_dir: str | None, root: Path) -> str | None:
+    """A run directory named in ``meta.json`` (``same_as``: the full-cache run whose rows a run copied), relative
+    to the report's root when it lies under it."""
+    if not run_dir:
+        return None
+    try:
+        return Path(run_dir).resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return str(run_dir)
+
+
 def collect(root: Path) -> pd.DataFrame:
     """All summary rows under ``root`` (a run directory or a tree of them)."""
     files = sorted(p for p in root.rglob("summary.csv") if p.name == "summary.csv")
@@ -48,6 +60,7 @@ def collect(root: Path) -> pd.DataFrame:
         if "fingerprint" not in frame.columns:
             frame["fingerprint"] = meta.get("fingerprint")
         frame["pair_key"] = pair_key(meta)
+        frame["same_as"] = _relative(meta.get("same_as"), root)
         frame["run_dir"] = str(path.parent)
         frames.append(frame)
     out = pd.concat(frames, ignore_index=True)

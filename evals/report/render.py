@@ -140,6 +140,19 @@ def _html(root: Path, head: pd.DataFrame, tables, plots: list[Path], notes: list
     return "\n".join(parts)
 
 
+COPIED_NOTE = ("Their method kept every prompt and new token of every item, so its tokens are the full cache's by "
+               "construction: the run's rows are the full-cache run's (measured columns included), not a second "
+               "measurement.")
+
+
+def copied_notes(summary: pd.DataFrame) -> list[str]:
+    """One line per run whose rows were copied from its full-cache run (``same_as``, evals/alias.py)."""
+    if "same_as" not in summary.columns:
+        return []
+    pairs = summary.dropna(subset=["same_as"])[["run", "same_as"]].drop_duplicates()
+    return [f"{run} = {src}" for run, src in pairs.itertuples(index=False)]
+
+
 def write_report(root: Path) -> tuple[Path, pd.DataFrame]:
     """Write ``summary_all.csv``, ``plots/``, ``report.md`` and ``report.html`` under ``root``; return the
     markdown report's path and the headline (one row per run)."""
@@ -149,6 +162,7 @@ def write_report(root: Path) -> tuple[Path, pd.DataFrame]:
     plots = plot(head, root / "plots")
     banner = small_n_banner(head)
     notes = inversion_notes(head)
+    copied = copied_notes(summary)
     lines = [f"# Report: {root}", "", f"{head['run'].nunique()} runs, {len(summary)} summary rows.", ""]
     lines += [banner, ""] if banner else []
     lines += [UNITS_NOTE, "", "## Figures", ""]
@@ -156,11 +170,15 @@ def write_report(root: Path) -> tuple[Path, pd.DataFrame]:
     if notes:
         lines += ["## Why a compressed run can hold more KV than the full cache", ""]
         lines += [f"- {n}" for n in notes] + [""]
+    if copied:
+        lines += ["## Runs not generated: rows copied from the full cache", "", COPIED_NOTE, ""]
+        lines += [f"- {n}" for n in copied] + [""]
     for title, table in tables:
         lines += [f"## {title}", "", _md(table), ""]
     path = root / "report.md"
     path.write_text("\n".join(lines), encoding="utf-8")
-    (root / "report.html").write_text(_html(root, head, tables, plots, [banner or "", *notes]), encoding="utf-8")
+    page = _html(root, head, tables, plots, [banner or "", *notes, *copied])
+    (root / "report.html").write_text(page, encoding="utf-8")
     return path, head
 
 

@@ -82,6 +82,14 @@ class CompressionMethod:
         """KV entries held per layer and KV head at the end of generation (the bound tests and rows check)."""
         raise NotImplementedError
 
+    def keeps_all(self, prompt_len: int, new_tokens: int) -> bool:
+        """Whether the method provably keeps every one of ``prompt_len + new_tokens`` tokens on the engine path, so
+        its tokens equal the full cache's (docs/architecture.md, contract 1): the footprint holds them all and
+        positions are the original ones (``positions=in_cache`` decodes through ``generate()``, another path).
+        The full cache itself is the reference, never kept-all: the one rule the planner and the runner share."""
+        return (self.compresses and self.positions == "original"
+                and self.footprint(prompt_len, new_tokens) >= prompt_len + new_tokens)
+
     def needs_selection(self, prompt_len: int) -> bool:
         """Whether a prompt of ``prompt_len`` tokens (padded length) is longer than what the method keeps."""
         raise NotImplementedError
