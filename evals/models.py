@@ -187,11 +187,18 @@ def _check_hub_reachable(hub_id: str | None, revision: str | None = None) -> Non
     cached = try_to_load_from_cache(hub_id, "config.json", revision=revision)
     if isinstance(cached, str):
         return
-    offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
-    if offline:
+    from tasks.hub import offline_env, offline_reason
+
+    if offline_env():
         raise ValueError(
             f"model.hub_id: {hub_id} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set; "
             "download it first (huggingface-cli download) or pass model.source=path model.path=<dir>"
+        )
+    reason = offline_reason()  # one quick probe, so that no network is one line, not a retry loop
+    if reason is not None:
+        raise ValueError(
+            f"model.hub_id: {hub_id} unreachable ({reason}) and not in the local Hugging Face cache; "
+            "pass model.source=path model.path=DIR, or download it where the hub answers"
         )
     from huggingface_hub import model_info
 
@@ -220,7 +227,15 @@ def load_tokenizer(model_cfg: Any):
         return AutoTokenizer.from_pretrained(str(embedded_dir()))
     if model_cfg.source == "path":
         return AutoTokenizer.from_pretrained(model_cfg.path)
-    return AutoTokenizer.from_pretrained(model_cfg.hub_id, revision=hub_revision(model_cfg))
+    return AutoTokenizer.from_pretrained(model_cfg.hub_id, revision=hub_revision(model_cfg), **_hub_reads())
+
+
+def _hub_reads() -> dict[str, bool]:
+    """``local_files_only=True`` when the hub cannot be reached (one probe per process), so that a cached model loads
+    at once instead of waiting out huggingface_hub's retries for every file."""
+    from tasks.hub import offline_reason
+
+    return {"local_files_only": True} if offline_reason() is not None else {}
 
 
 def load_model(model_cfg: Any):
@@ -246,7 +261,7 @@ def load_model(model_cfg: Any):
     else:
         where = {"embedded": None, "path": model_cfg.path, "hub": model_cfg.hub_id}[model_cfg.source]
         where = str(embedded_dir()) if where is None else where
-        extra = {"revision": hub_revision(model_cfg)} if model_cfg.source == "hub" else {}
+        extra = {"revision": hub_revision(model_cfg), **_hub_reads()} if model_cfg.source == "hub" else {}
         model = AutoModelForCausalLM.from_pretrained(
             where, dtype=dtype, attn_implementation=model_cfg.attn_implementation, **extra
         )
