@@ -187,11 +187,18 @@ def _check_hub_reachable(hub_id: str | None, revision: str | None = None) -> Non
     cached = try_to_load_from_cache(hub_id, "config.json", revision=revision)
     if isinstance(cached, str):
         return
-    offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
-    if offline:
+    from tasks.hub import offline_env, offline_reason
+
+    if offline_env():
         raise ValueError(
             f"model.hub_id: {hub_id} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set; "
             "download it first (huggingface-cli download) or pass model.source=path model.path=<dir>"
+        )
+    reason = offline_reason()  # one quick probe, so that no network is one line, not a retry loop
+    if reason is not None:
+        raise ValueError(
+            f"model.hub_id: {hub_id} unreachable ({reason}) and not in the local Hugging Face cache; "
+            "pass model.source=path model.path=DIR, or download it where the hub answers"
         )
     from huggingface_hub import model_info
 
@@ -220,7 +227,30 @@ def load_tokenizer(model_cfg: Any):
         return AutoTokenizer.from_pretrained(str(embedded_dir()))
     if model_cfg.source == "path":
         return AutoTokenizer.from_pretrained(model_cfg.path)
-    return AutoTokenizer.from_pretrained(model_cfg.hub_id, revision=hub_revision(model_cfg))
+    where, extra = _hub_where(model_cfg)
+    return AutoTokenizer.from_pretrained(where, **extra)
+
+
+def _hub_where(model_cfg: Any) -> tuple[str, dict[str, Any]]:
+    """Where ``from_pretrained`` reads a hub model: the hub id and ``revision`` while the hub answers; else the
+    cached snapshot folder itself (one probe per process), so that nothing asks the hub and waits out
+    huggingface_hub's retries for every file (transformers looks for an adapter config even with
+    ``local_files_only=True``)."""
+    from tasks.hub import offline_reason
+
+    revision = hub_revision(model_cfg)
+    reason = offline_reason()
+    if reason is None:
+        return model_cfg.hub_id, {"revision": revision}
+    from huggingface_hub import snapshot_download
+
+    try:
+        return snapshot_download(model_cfg.hub_id, revision=revision, local_files_only=True), {}
+    except Exception:  # noqa: BLE001 - not cached: the hub was the only other place
+        raise ValueError(
+            f"model.hub_id: {model_cfg.hub_id} unreachable ({reason}) and not in the local Hugging Face cache; "
+            "pass model.source=path model.path=DIR, or download it where the hub answers"
+        ) from None
 
 
 def load_model(model_cfg: Any):
@@ -244,9 +274,10 @@ def load_model(model_cfg: Any):
         config._attn_implementation = model_cfg.attn_implementation
         model = LlamaForCausalLM(config).to(dtype)
     else:
-        where = {"embedded": None, "path": model_cfg.path, "hub": model_cfg.hub_id}[model_cfg.source]
-        where = str(embedded_dir()) if where is None else where
-        extra = {"revision": hub_revision(model_cfg)} if model_cfg.source == "hub" else {}
+        if model_cfg.source == "hub":
+            where, extra = _hub_where(model_cfg)
+        else:
+            where, extra = (model_cfg.path if model_cfg.source == "path" else str(embedded_dir())), {}
         model = AutoModelForCausalLM.from_pretrained(
             where, dtype=dtype, attn_implementation=model_cfg.attn_implementation, **extra
         )

@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
+import tasks.hub
 import tasks.livecodebench as lcb
 from tasks.livecodebench.data import release_files
 from tasks.livecodebench.problem import decode_compressed, plain_unpickle
@@ -93,14 +94,16 @@ def test_hub_release_reads_the_release_files(monkeypatch, tmp_path, release, fil
     calls = []
     data = rows()
 
-    def fake_download(repo_id, filename, repo_type, revision):
+    def fake_download(repo_id, filename, repo_type, revision, local_files_only):
         calls.append((repo_id, filename, repo_type, revision))
+        assert local_files_only is False  # the hub answers: a normal download
         k = len(calls) - 1
         return str(write_jsonl(tmp_path / filename, data[k:k + 1]))  # one problem per file
 
     import huggingface_hub
 
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
+    monkeypatch.setattr(tasks.hub, "offline_reason", lambda: None)
     items = lcb.load(cfg(source="hub", release=release, revision="abc123", start_date=None, end_date=None))
     assert [c[1] for c in calls] == files
     assert {c[0] for c in calls} == {"livecodebench/code_generation_lite"} and calls[0][2:] == ("dataset", "abc123")
@@ -120,9 +123,30 @@ def test_hub_failure_names_the_file_and_the_way_out(monkeypatch):
         raise OSError("no network")
 
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", offline)
+    monkeypatch.setattr(tasks.hub, "offline_reason", lambda: None)
     with pytest.raises(ValueError, match=r"cannot fetch livecodebench/code_generation_lite/test4.jsonl.*"
                                          r"task.source=path"):
         lcb.load(cfg(source="hub", release="v4_v5"))
+
+
+def test_an_unreachable_hub_reads_cached_files_only(monkeypatch, tmp_path):
+    """With the hub unreachable every file is asked of the local cache alone; the first one missing is the error."""
+    import huggingface_hub
+
+    asked = []
+
+    def cache_only(repo_id, filename, repo_type, revision, local_files_only):
+        asked.append((filename, local_files_only))
+        if filename == "test4.jsonl":
+            return str(write_jsonl(tmp_path / filename, rows()[:1]))
+        raise OSError("not in the cache")
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", cache_only)
+    monkeypatch.setattr(tasks.hub, "offline_reason", lambda: "ConnectError at http://127.0.0.1:9")
+    with pytest.raises(ValueError, match=r"^task\.source: hub dataset livecodebench/code_generation_lite/test5\.jsonl "
+                                         r"unreachable \(ConnectError at http://127\.0\.0\.1:9\)"):
+        lcb.load(cfg(source="hub", release="v4_v5"))
+    assert asked == [("test4.jsonl", True), ("test5.jsonl", True)]
 
 
 @pytest.mark.parametrize("field, value, message", [

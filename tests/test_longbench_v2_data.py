@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
+import tasks.hub
 from tasks.base import bundled_path
 from tasks.longbench_v2 import load, validate
 from tasks.longbench_v2.data import FIELDS
@@ -148,6 +149,7 @@ def test_hub_source_calls_datasets_like_pred_py(monkeypatch):
         return sample_records()  # a datasets.Dataset iterates as dicts, too
 
     monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=fake_load_dataset))
+    monkeypatch.setattr(tasks.hub, "offline_reason", lambda: None)  # the hub answers
     items = load(cfg(source="hub", revision="abc123", limit=3))
     assert calls == [("THUDM/LongBench-v2", "train", "abc123")]
     assert [i.item_id for i in items] == [r["_id"] for r in sample_records()[:3]]
@@ -158,8 +160,29 @@ def test_hub_failure_is_a_data_source_error(monkeypatch):
         raise ConnectionError("no network")
 
     monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=offline))
+    monkeypatch.setattr(tasks.hub, "offline_reason", lambda: None)  # the probe passed, the read failed
     with pytest.raises(ValueError, match="task.hub_id: cannot load THUDM/LongBench-v2.*no network"):
         load(cfg(source="hub"))
+
+
+def test_an_unreachable_hub_reads_only_the_cache_then_names_task_source(monkeypatch):
+    """With the hub unreachable, ``load_dataset`` runs once under the datasets offline flag (restored after); not
+    cached, the error names task.source and the way out."""
+    flags = []
+    config = types.SimpleNamespace(HF_HUB_OFFLINE=False)
+
+    def not_cached(*args, **kwargs):
+        flags.append(config.HF_HUB_OFFLINE)
+        raise FileNotFoundError("not cached")
+
+    monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=not_cached, config=config))
+    monkeypatch.setattr(tasks.hub, "offline_reason", lambda: "ConnectError at http://127.0.0.1:9")
+    with pytest.raises(ValueError) as err:
+        load(cfg(source="hub"))
+    assert str(err.value) == (
+        "task.source: hub dataset THUDM/LongBench-v2 unreachable (ConnectError at http://127.0.0.1:9) and not in the "
+        "local cache; set task.path=FILE (a local export) or task.source=bundled (the small bundled sample)")
+    assert flags == [True] and config.HF_HUB_OFFLINE is False
 
 
 def test_hydra_config_resolves_the_official_generation_defaults():

@@ -161,16 +161,11 @@ def load(cfg: Any) -> list[Item]:
 
 
 def _hub_records(hub_id: str, split: str, revision: str | None) -> list[dict[str, Any]]:
-    """The hub rows, read the way a user's machine reads them (``datasets.load_dataset``, cached by ``datasets``)."""
-    try:
-        from datasets import load_dataset
-    except ImportError as exc:  # pragma: no cover - datasets is a pinned dependency
-        raise ValueError("task.source=hub needs the 'datasets' package") from exc
-    try:
-        dataset = load_dataset(hub_id, split=split, revision=revision)
-    except Exception as exc:  # noqa: BLE001 - network, auth, missing split: one clear message
-        raise ValueError(f"task.hub_id: cannot load {hub_id!r} split {split!r}: {exc}") from exc
-    return dataset.to_list()
+    """The hub rows, read the way a user's machine reads them (``datasets.load_dataset``, cached by ``datasets``);
+    with the hub unreachable, the cached copy or one ``task.source`` error (:mod:`tasks.hub`)."""
+    from tasks.hub import load_hub_dataset
+
+    return load_hub_dataset(hub_id, split, revision).to_list()
 
 
 def validate(cfg: Any) -> None:

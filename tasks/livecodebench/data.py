@@ -73,12 +73,18 @@ def source_paths(cfg: Any) -> list[str]:
         from huggingface_hub import hf_hub_download
     except ImportError as exc:
         raise ValueError("task.source=hub needs the huggingface_hub package") from exc
+    from tasks.hub import offline_reason, unreachable_data
+
     repo, revision = cfg_get(cfg, "hub_id", HUB_ID), cfg_get(cfg, "revision")
+    reason = offline_reason()  # one probe: with no hub, the cached files or one line, never a retry loop
     paths = []
     for name in files:
         try:
-            paths.append(hf_hub_download(repo_id=repo, filename=name, repo_type="dataset", revision=revision))
+            paths.append(hf_hub_download(repo_id=repo, filename=name, repo_type="dataset", revision=revision,
+                                         local_files_only=reason is not None))
         except Exception as exc:  # noqa: BLE001 - network, auth and missing-file errors all end here
+            if reason is not None:
+                raise ValueError(unreachable_data(f"{repo}/{name}", reason)) from None
             raise ValueError(f"task.source=hub: cannot fetch {repo}/{name} (revision {revision or 'main'}): "
                              f"{exc}. Offline, download the files and use task.source=path.") from exc
     return paths

@@ -150,14 +150,10 @@ def to_item(record: Mapping[str, Any], where: str) -> Item:
 
 
 def _hub_records(cfg: Any) -> tuple[str, Iterable[Mapping[str, Any]]]:
-    """The hub split through ``datasets`` (cached by it; the same call as the official ``pred.py``)."""
-    from datasets import load_dataset  # local: importing datasets is slow and only the hub source needs it
+    """The hub split through ``datasets`` (cached by it; the same call as the official ``pred.py``); with the hub
+    unreachable, the cached copy or one ``task.source`` error (:mod:`tasks.hub`)."""
+    from tasks.hub import load_hub_dataset
 
     hub_id = cfg.get("hub_id") or HUB_ID
     split = cfg.get("split") or "train"
-    revision = cfg.get("revision")
-    try:
-        dataset = load_dataset(hub_id, split=split, revision=revision)
-    except Exception as exc:  # noqa: BLE001 - any hub/network/cache failure is reported as a data-source error
-        raise ValueError(f"task.hub_id: cannot load {hub_id} (split {split}, revision {revision}): {exc}") from exc
-    return f"{hub_id}[{split}]", dataset
+    return f"{hub_id}[{split}]", load_hub_dataset(hub_id, split, cfg.get("revision"))
