@@ -130,6 +130,14 @@ def decode_step(
     -> next-token logits (B, V) float32. ``attention``: :attr:`DecodeKernels.attention` (None: SDPA)."""
     cache.write_slot = slot
     cache.visible.index_fill_(-1, slot, True)
+    return slot_forward(model, cache, tokens, positions, attention)
+
+
+def slot_forward(model, cache, tokens: torch.Tensor, positions: torch.Tensor, attention: Callable | None = None
+                 ) -> torch.Tensor:
+    """The model call of one decode step over fixed slots whose write position and visibility the caller has set:
+    tokens (B, 1) at positions (B, 1) -> next-token logits (B, V) float32. The per-layer slot mask ``cache.visible``
+    (L, B, H_kv, S) travels as :data:`SLOT_MASK_KWARG`, ``attention`` (None: SDPA) as :data:`SLOT_ATTENTION_KWARG`."""
     extra = {SLOT_MASK_KWARG: cache.visible}
     if attention is not None:
         extra[SLOT_ATTENTION_KWARG] = attention

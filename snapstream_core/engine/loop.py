@@ -34,7 +34,7 @@ from snapstream_core.generate import _cut, _stop_cut
 from snapstream_core.methods.base import CompressionMethod
 from snapstream_core.prefill import prefill_prompt
 from snapstream_core.sampling import SamplingConfig
-from snapstream_core.static_decode import SLOT_ATTENTION_KWARG, SLOT_MASK_KWARG
+from snapstream_core.static_decode import slot_forward
 
 log = logging.getLogger(__name__)
 
@@ -81,17 +81,7 @@ def decode_step(model, cache: RowCache, tokens: torch.Tensor, positions: torch.T
     -> next-token logits (R, V) float32. ``attention``: the decode attention hook (None: SDPA)."""
     cache.write_slot = slots
     cache.mark_written()
-    extra = {SLOT_ATTENTION_KWARG: attention} if attention is not None else {}
-    out = model(
-        input_ids=tokens,
-        position_ids=positions,
-        past_key_values=cache,
-        attention_mask=cache.visible[0, :, :1, None, :],  # 4D: transformers builds no mask; ours is per layer
-        use_cache=True,
-        **{SLOT_MASK_KWARG: cache.visible},
-        **extra,
-    )
-    return out.logits[:, -1, :].float()
+    return slot_forward(model, cache, tokens, positions, attention)
 
 
 def _one_line(exc: BaseException) -> str:
