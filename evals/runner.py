@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -218,11 +218,11 @@ def _planned_rows(cfg: DictConfig, device: str) -> int | None:
     the same memory model ``python -m evals.plan`` prints). Elsewhere None: the backend's own default."""
     if not str(device).startswith("cuda"):
         return None
-    from evals.plan.job import choose_rows
+    from evals.plan.job import DEFAULT_MEMORY_GIB, choose_rows
 
     rows = choose_rows(cfg)
     log.info("planner: gen.rows=%s -> %d decode rows within plan.memory_gib=%s", cfg.gen.get("rows", "auto"), rows,
-             cfg.get("plan", {}).get("memory_gib", 80))
+             cfg.get("plan", {}).get("memory_gib", DEFAULT_MEMORY_GIB))
     return rows
 
 
@@ -311,7 +311,7 @@ def _generate_and_score(cfg: DictConfig, p: RunPlan, items: list, replay=None) -
     backend reports for ``meta.json``."""
     samples_path = p.run_dir / SAMPLES
     done = done_keys(read_rows(samples_path))
-    if cfg.backend.name == "hf" and (copied := _copy_if_same(cfg, p, items, done)) is not None:
+    if backend_traits(cfg.backend.name).loads_weights and (copied := _copy_if_same(cfg, p, items, done)) is not None:
         return copied
     backend = replay or make_backend(cfg, p.method, p.sampling, rows=p.rows)
     work = _pending_work(backend, p, items, done)
@@ -332,10 +332,8 @@ def _copy_if_same(cfg: DictConfig, p: RunPlan, items: list, done: set[tuple[str,
     this run's (:mod:`evals.alias`) and return ``meta.json``'s ``same_as``; else None (generate as usual)."""
     from evals.alias import copy_rows, find_source
 
-    n = p.sampling.n
-    pending = [(item, idx) for item in items
-               if (idx := tuple(i for i in range(n) if (str(item.item_id), i) not in done))]
-    source = find_source(cfg, p, pending)
+    pending = _missing(items, lambda item_id: range(p.sampling.n), done)  # a generating backend: samples 0..n-1
+    source = find_source(cfg, p, [(w.item, w.sample_idx) for w in pending])
     if source is None:
         return None
     PromptStore(p.run_dir / PROMPTS).add(source.prompts)
@@ -365,14 +363,20 @@ class Outcome:
 
 def _pending_work(backend, p: RunPlan, items: list, done: set[tuple[str, int]]) -> list[Work]:
     """The (item, samples) pairs a resume still has to produce, in item order."""
-    work = []
-    for item in items:
-        wanted = backend.samples_for(str(item.item_id), p.sampling.n)
-        missing = tuple(i for i in wanted if (str(item.item_id), i) not in done)
-        if missing:
-            work.append(Work(item, missing))
+    work = _missing(items, lambda item_id: backend.samples_for(item_id, p.sampling.n), done)
     if backend.replays:
         backend.report_missing(len(items))
+    return work
+
+
+def _missing(items: list, wanted: Callable[[str], Iterable[int]], done: set[tuple[str, int]]) -> list[Work]:
+    """For each item, the sample indices of ``wanted(item_id)`` not in ``done``; items with none left out."""
+    work = []
+    for item in items:
+        key = str(item.item_id)
+        missing = tuple(i for i in wanted(key) if (key, i) not in done)
+        if missing:
+            work.append(Work(item, missing))
     return work
 
 
