@@ -16,19 +16,7 @@ import snapstream_core as ss
 from snapstream_core.attention import _packed_sdpa
 from snapstream_core.generate import SamplingConfig, generate
 from snapstream_core.static_decode import resolve_compile
-
-METHODS = [
-    ss.NoCompression(),
-    ss.SnapKV(prompt_budget=64),
-    ss.StreamingLLM(sinks=4, recent=28),
-    ss.SnapStream(prompt_budget=64, recent=8),
-]
-IDS = [m.method for m in METHODS]
-
-
-def prompts(lengths, seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    return [torch.randint(1, 1000, (n,), generator=gen).tolist() for n in lengths]
+from tests.method_matrix import IDS, METHODS, prompts
 
 
 def run(model, ps, method, new, n=1, compile=False, backend="eager", **sampling):

@@ -14,21 +14,15 @@ from snapstream_core.engine.noise import _mix, _mix_int, _signed, pick_tokens, u
 from snapstream_core.generate import generate
 from snapstream_core.prefill import prefill_prompt
 from snapstream_core.sampling import SamplingConfig
+from tests.method_matrix import IDS, METHODS
+from tests.method_matrix import prompts as matrix_prompts
 
-METHODS = [
-    ss.NoCompression(),
-    ss.SnapKV(prompt_budget=64),
-    ss.StreamingLLM(sinks=4, recent=28),
-    ss.SnapStream(prompt_budget=64, recent=8),
-]
-IDS = [m.method for m in METHODS]
 NEW = 18
 SAMPLED = SamplingConfig(max_new_tokens=NEW, temperature=0.8, top_p=0.9, top_k=50)
 
 
 def prompts(lengths=(40, 90, 130), seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    return [torch.randint(1, 1000, (n,), generator=gen).tolist() for n in lengths]
+    return matrix_prompts(lengths, seed)
 
 
 def engine_run(model, method, sampling, ps, samples, *, rows, eos=(), seed=0, first=0, **kw):
