@@ -272,22 +272,26 @@ os.chmod("/dev/shm/tmp", 0o1777)
 os.chmod("/dev/shm/work", 0o700)
 if uid:
     os.chown("/dev/shm/work", int(uid), int(uid))
+held = []  # the interpreter's folders, held before any cover below can hide them (a venv under /tmp included)
+for i, (closed, inside) in enumerate(expose):
+    for j, src in enumerate(inside):
+        k = "/dev/shm/keep/%d.%d" % (i, j)
+        os.mkdir(k)
+        mount(src, k, "", MS_BIND | MS_REC, "")
+        held.append((src, k))
 for d in ("/tmp", "/var/tmp"):
     if os.path.isdir(d):
         mount("/dev/shm/tmp", d, "", MS_BIND, "")
 if os.path.isdir("/run"):
     mount("lcb-run", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0755")
-for i, (closed, inside) in enumerate(expose):
-    keep = ["/dev/shm/keep/%d.%d" % (i, j) for j in range(len(inside))]
-    for src, k in zip(inside, keep):
-        os.mkdir(k)
-        mount(src, k, "", MS_BIND | MS_REC, "")
-    mount("lcb-open", closed, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0755")
-    for dst, k in zip(inside, keep):
-        os.makedirs(dst, 0o755, exist_ok=True)
-        mount(k, dst, "", MS_BIND | MS_REC, "")
-        check(libc.umount2(k.encode(), 2), "umount " + k)
-        os.rmdir(k)
+for closed, _ in expose:
+    if os.path.isdir(closed):  # gone already when it lay under a private /tmp
+        mount("lcb-open", closed, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0755")
+for dst, k in held:
+    os.makedirs(dst, 0o755, exist_ok=True)
+    mount(k, dst, "", MS_BIND | MS_REC, "")
+    check(libc.umount2(k.encode(), 2), "umount " + k)
+    os.rmdir(k)
 os.rmdir("/dev/shm/keep")
 check(libc.prctl(38, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
 last = int(open("/proc/sys/kernel/cap_last_cap").read())
