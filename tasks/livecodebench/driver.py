@@ -1,15 +1,18 @@
 """The program runner that executes inside the sandbox: one fresh interpreter per graded program.
 
 Run as ``python -S -B driver.py JOB.json`` (stdlib only; ``-S`` skips the ``site`` scan, the job carries the import
-path instead). It reads the job (the code, the test inputs, the limits), applies the rlimits, drops privileges
+path instead). It reads the job (the code, the number of tests, the limits), applies the rlimits, drops privileges
 when asked, then runs every test in this one process and streams *what the program produced* to the parent as JSON
 lines on the file descriptor that was its stdout at start. It never sees the expected outputs: the parent compares,
 so a program that tampers with this process (or writes into the result channel) can at worst report outputs it
-computed itself.
+computed itself. Nor does it hold a test's input before that test starts: the parent sends input ``i`` on the
+driver's stdin (``"i n\n"`` then ``n`` bytes of UTF-8) once test ``i - 1`` has passed, so while a public test runs
+no hidden input is inside the sandbox (public tests come first).
 
-Protocol (one JSON object a line): ``ready`` → ``compiled`` | ``compile_error`` | ``load_error`` → for each test
-``start {i}`` then ``result {i, ok, value|error}`` (a stdin test: ``result {i, ok, stdout_bytes, truncated}``
-followed by that many raw bytes of output) → ``done``. The parent enforces every deadline.
+Protocol (one JSON object a line, ASCII): ``ready`` → ``compiled`` | ``compile_error`` | ``load_error`` → for each
+test ``start {i}`` then ``result {i, ok, error}`` on a failure, or ``result {i, ok, stdout_bytes, truncated}`` (stdin)
+or ``result {i, ok, value_bytes}`` (functional) followed by that many raw bytes: the program's output, or its return
+value in the wire form of :func:`to_wire` → ``done``. The parent enforces every deadline.
 
 Execution semantics follow LiveCodeBench's ``lcb_runner/evaluation/testing_util.py``: the same prelude of star
 imports; stdin programs have a trailing ``if __name__ == '__main__':`` unwrapped, their imports hoisted and the rest
@@ -36,10 +39,13 @@ Two I/O protocols (``job["protocol"]``, ``task.protocol``):
 from __future__ import annotations
 
 import ast
+import binascii
 import builtins
+import collections
 import io
 import json
 import os
+import queue
 import resource
 import sys
 import tempfile
@@ -67,12 +73,19 @@ class Channel:
         self.fd = fd
 
     def send(self, **msg: object) -> None:
-        self._write((json.dumps(msg, ensure_ascii=False, allow_nan=True) + "\n").encode("utf-8", "surrogatepass"))
+        """One header line, ASCII (a lone surrogate in an error message travels as its ``\\udXXX`` escape)."""
+        self._write((json.dumps(msg, ensure_ascii=True, allow_nan=True) + "\n").encode("ascii"))
 
     def send_output(self, i: int, data: bytes, truncated: bool) -> None:
         """A stdin test's result: a header line giving the size, then the output's raw bytes (so that the parent
         can hold them once, in a buffer of exactly that size)."""
         self.send(ev="result", i=i, ok=True, stdout_bytes=len(data), truncated=truncated)
+        self._write(data)
+
+    def send_value(self, i: int, data: bytes) -> None:
+        """A functional test's result: a header giving the size, then the return value's wire JSON (UTF-8, lone
+        surrogates kept as such) as raw bytes, which the parent parses with an object budget."""
+        self.send(ev="result", i=i, ok=True, value_bytes=len(data))
         self._write(data)
 
     def _write(self, data: bytes) -> None:
@@ -143,22 +156,49 @@ def drop_privileges(uid: int) -> None:
         raise RuntimeError("privilege drop failed")
 
 
-def watch_parent(fd: int) -> None:
-    """End the whole sandbox when the parent goes away (its end of this pipe closes)."""
-    killpg = os.killpg  # bound now: the lcb_runner guard sets os.killpg to None
+class Inbox:
+    """The parent's end of the driver's stdin: each test's input arrives when that test is due (``"i n\\n"``, then
+    ``n`` bytes of UTF-8). When the parent goes away (the pipe closes) the whole sandbox ends."""
 
-    def _wait() -> None:
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.ready: queue.Queue = queue.Queue()
+        self.killpg, self.exit = os.killpg, os._exit  # bound now: the lcb_runner guard sets os.killpg to None
+        threading.Thread(target=self._read, name="parent-inbox", daemon=True).start()
+
+    def _read(self) -> None:
+        buf = bytearray()
         try:
-            while os.read(fd, 4096):
-                pass
-        except OSError:
+            while True:
+                nl = buf.find(b"\n")
+                while nl < 0:
+                    chunk = os.read(self.fd, 1 << 16)
+                    if not chunk:
+                        raise EOFError
+                    buf += chunk
+                    nl = buf.find(b"\n")
+                i, size = (int(x) for x in bytes(buf[:nl]).split())
+                del buf[:nl + 1]
+                while len(buf) < size:
+                    chunk = os.read(self.fd, max(1 << 16, size - len(buf)))
+                    if not chunk:
+                        raise EOFError
+                    buf += chunk
+                self.ready.put((i, bytes(buf[:size]).decode("utf-8", "surrogatepass")))
+                del buf[:size]
+        except (OSError, ValueError, EOFError):
             pass
         try:
-            killpg(0, 9)
+            self.killpg(0, 9)
         finally:
-            os._exit(1)
+            self.exit(1)
 
-    threading.Thread(target=_wait, name="parent-watch", daemon=True).start()
+    def get(self, i: int) -> str:
+        """Test ``i``'s input (waits for it; the parent's deadlines bound the wait)."""
+        got, text = self.ready.get()
+        if got != i:
+            raise RuntimeError(f"driver: expected the input of test {i}, got {got}")
+        return text
 
 
 # ----------------------------------------------------------------------------------------------- lcb_runner I/O
@@ -274,10 +314,11 @@ class BoundedCapture(io.StringIO):
         return super().write(text)
 
 
-def run_stdin_lcb(function, inputs: list[str], max_output: int, chan: Channel) -> None:
+def run_stdin_lcb(function, inbox: Inbox, n_tests: int, max_output: int, chan: Channel) -> None:
     """Each stdin test as ``grade_stdio`` + ``call_method`` + ``Capturing`` run it (see the module docstring)."""
     bound_stdin, real_open = sys.stdin, builtins.open
-    for i, text in enumerate(inputs):
+    for i in range(n_tests):
+        text = inbox.get(i)
         lines = iter(text.split("\n"))
         patched = {"read": lambda *a, _t=text: _t, "readline": lambda *a, _l=lines: next(_l),
                    "readlines": lambda *a, _t=text: _t.split("\n")}
@@ -338,7 +379,7 @@ def load(kind: str, code: str, func_name: str | None, chan: Channel):
     """Compile and execute the program's module; return the callable to test, or None after reporting why."""
     try:
         source = stdin_program(code) if kind == "stdin" else PRELUDE + "\n\n" + code
-        compiled = compile(source, "<solution>", "exec")
+        compiled = compile(source, "<solution>", "exec", flags=0, dont_inherit=True)  # none of this file's futures
     except (SyntaxError, ValueError, OverflowError, RecursionError, MemoryError) as exc:
         chan.send(ev="compile_error", error=describe(exc))
         return None
@@ -359,27 +400,64 @@ def load(kind: str, code: str, func_name: str | None, chan: Channel):
 # ----------------------------------------------------------------------------------------------- running tests
 
 
+BIG_INT_BITS = 8192  # larger ints travel as hex (no decimal conversion, no digit limit on either side)
+MAX_WIRE_DEPTH = 200
+_SCALARS = frozenset((type(None), bool, float, str))
+_DICT_TYPES = (collections.OrderedDict, collections.defaultdict, collections.Counter)  # each == dict as dict
+_NUMPY_KINDS = "biufcU"  # bool, ints, floats, complex, unicode; object, bytes, void and datetime arrays are opaque
+
+
+def _int(value: int) -> object:
+    return value if value.bit_length() <= BIG_INT_BITS else {"$lcb": "int", "hex": hex(value)}
+
+
+def _numpy(value: object, np: types.ModuleType) -> object:
+    arr = np.asarray(value)
+    if arr.dtype.kind not in _NUMPY_KINDS or arr.dtype.hasobject or arr.dtype.fields is not None:
+        return None
+    data = binascii.b2a_base64(np.ascontiguousarray(arr).tobytes(), newline=False).decode("ascii")
+    return {"$lcb": "numpy", "dtype": arr.dtype.str, "shape": list(arr.shape), "data": data,
+            "scalar": type(value) is not np.ndarray}
+
+
 def to_wire(value: object, depth: int = 0) -> object:
-    """A JSON value that equals the expected ``json.loads(output)`` exactly when ``value == expected`` would
-    (nested tuples, non-string dict keys and foreign objects become markers that equal no JSON value)."""
-    if depth > 200:
-        return {"$lcb": "too_deep"}
-    if value is None or isinstance(value, (bool, int, float, str)):
+    """The JSON wire form of a return value, from which the parent rebuilds an equal value of the same standard
+    type without running program code (``tasks/livecodebench/values.py``): JSON scalars, lists and str-keyed dicts
+    as themselves; ``{"$lcb": tag, ...}`` for an int over :data:`BIG_INT_BITS` bits (``hex``), a tuple, set,
+    frozenset or dict with other keys (``items``), ``Fraction`` (``n``, ``d``), ``Decimal`` (``s``), ``complex``
+    (``re``, ``im``), a numpy array or scalar (``dtype``, ``shape``, base64 ``data``); anything else (a class of the
+    program, a subclass of a builtin type, an iterator, a structure deeper than :data:`MAX_WIRE_DEPTH`) is
+    ``opaque``: it equals nothing. Types are matched exactly, never by ``isinstance``."""
+    t = type(value)
+    if t in _SCALARS:
         return value
-    if isinstance(value, list):
+    if t is int:
+        return _int(value)
+    if depth > MAX_WIRE_DEPTH:
+        return {"$lcb": "opaque", "type": "too deep"}
+    if t is list:
+        kinds = set(map(type, value))
+        if kinds <= _SCALARS or (kinds <= {int} and max(map(int.bit_length, value)) <= BIG_INT_BITS):
+            return value
         return [to_wire(v, depth + 1) for v in value]
-    if isinstance(value, tuple):
-        return {"$lcb": "tuple", "items": [to_wire(v, depth + 1) for v in value]}
-    if isinstance(value, dict):
-        if all(isinstance(k, str) for k in value):
+    if t is tuple or t is set or t is frozenset:
+        return {"$lcb": t.__name__, "items": [to_wire(v, depth + 1) for v in value]}
+    if t is dict or t in _DICT_TYPES:
+        if "$lcb" not in value and all(type(k) is str for k in value):
             return {k: to_wire(v, depth + 1) for k, v in value.items()}
-        return {"$lcb": "dict", "repr": describe_obj(value)}
-    item = getattr(value, "item", None)  # numpy scalars compare equal to Python numbers
-    if callable(item) and getattr(value, "ndim", 0) == 0:
-        scalar = item()
-        if scalar is None or isinstance(scalar, (bool, int, float, str)):
-            return scalar
-    return {"$lcb": type(value).__name__, "repr": describe_obj(value)}
+        return {"$lcb": "dict", "items": [[to_wire(k, depth + 1), to_wire(v, depth + 1)] for k, v in value.items()]}
+    if t is complex:
+        return {"$lcb": "complex", "re": value.real, "im": value.imag}
+    fractions, decimal, np = (sys.modules.get(m) for m in ("fractions", "decimal", "numpy"))
+    if fractions is not None and t is fractions.Fraction:
+        return {"$lcb": "fraction", "n": _int(value.numerator), "d": _int(value.denominator)}
+    if decimal is not None and t is decimal.Decimal:
+        return {"$lcb": "decimal", "s": str(value)}
+    if np is not None and (t is np.ndarray or (isinstance(value, np.generic) and t.__module__ == "numpy")):
+        wire = _numpy(value, np)
+        if wire is not None:
+            return wire
+    return {"$lcb": "opaque", "type": t.__name__[:100], "repr": describe_obj(value)}
 
 
 def call_program(function) -> str | None:
@@ -401,25 +479,42 @@ def describe_obj(value: object) -> str:
         return "<unrepresentable>"
 
 
-def run_functional(method, inputs: list[str], chan: Channel) -> None:
-    for i, text in enumerate(inputs):
-        args = [json.loads(line) for line in text.split("\n")]
+def parse_arguments(text: str) -> list:
+    """``json.loads`` of each input line, as ``grade_call_based`` does, with lcb_runner's 50000-digit integers
+    whatever the protocol (the program's own conversions keep the protocol's limit)."""
+    before = sys.get_int_max_str_digits()
+    if 0 < before < INT_MAX_STR_DIGITS:
+        sys.set_int_max_str_digits(INT_MAX_STR_DIGITS)
+    try:
+        return [json.loads(line) for line in text.split("\n")]
+    finally:
+        if sys.get_int_max_str_digits() != before:
+            sys.set_int_max_str_digits(before)
+
+
+def run_functional(method, inbox: Inbox, n_tests: int, max_output: int, chan: Channel) -> None:
+    for i in range(n_tests):
+        args = parse_arguments(inbox.get(i))
         chan.send(ev="start", i=i)
         try:
             value = method(*args)
-            if isinstance(value, tuple):
+            if isinstance(value, tuple):  # grade_call_based: a top-level tuple becomes a list
                 value = list(value)
-            wire = to_wire(value)
+            data = json.dumps(to_wire(value), ensure_ascii=False, allow_nan=True).encode("utf-8", "surrogatepass")
         except BaseException as exc:  # noqa: BLE001 - SystemExit included: official counts it as an error
             chan.send(ev="result", i=i, ok=False, error=describe(exc))
             return
-        chan.send(ev="result", i=i, ok=True, value=wire)
+        if len(data) > max_output:
+            chan.send(ev="result", i=i, ok=False, error="OSError: [Errno 27] File too large (the return value)")
+            return
+        chan.send_value(i, data)
 
 
-def run_stdin(function, inputs: list[str], max_output: int, chan: Channel) -> None:
+def run_stdin(function, inbox: Inbox, n_tests: int, max_output: int, chan: Channel) -> None:
     null = os.open(os.devnull, os.O_RDWR)
     original_stdout = sys.__stdout__
-    for i, text in enumerate(inputs):
+    for i in range(n_tests):
+        text = inbox.get(i)
         with tempfile.TemporaryFile() as fin, tempfile.TemporaryFile() as fout:
             fin.write(text.encode("utf-8", "surrogatepass"))
             fin.flush()
@@ -447,7 +542,7 @@ def run_stdin(function, inputs: list[str], max_output: int, chan: Channel) -> No
 
 def main(argv: list[str]) -> int:
     chan = Channel(os.dup(1))
-    watch_parent(os.dup(0))
+    inbox = Inbox(os.dup(0))
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)
@@ -473,12 +568,8 @@ def main(argv: list[str]) -> int:
     if target is None:
         return 0
     chan.send(ev="compiled")
-    if job["kind"] == "stdin" and lcb:
-        run_stdin_lcb(target, job["inputs"], int(job["max_output_bytes"]), chan)
-    elif job["kind"] == "stdin":
-        run_stdin(target, job["inputs"], int(job["max_output_bytes"]), chan)
-    else:
-        run_functional(target, job["inputs"], chan)
+    run = run_stdin_lcb if job["kind"] == "stdin" and lcb else run_stdin if job["kind"] == "stdin" else run_functional
+    run(target, inbox, int(job["n_tests"]), int(job["max_output_bytes"]), chan)
     chan.send(ev="done")
     return 0
 

@@ -2,7 +2,9 @@
 
 * stdin tests: both texts are stripped, split on newlines and each line stripped; the line counts must agree; a
   line that differs is compared again as whitespace-separated ``Decimal`` numbers (so ``2.50`` matches ``2.5``).
-* functional tests: the return value (a top-level tuple becomes a list) must ``==`` ``json.loads(output)``.
+* functional tests: the return value (a top-level tuple becomes a list) must ``==`` ``json.loads(output)``, compared
+  here, in the trusted parent, on a value rebuilt from typed data (``values.py``: exact numeric types, numpy arrays,
+  tuples and sets compare as in lcb_runner; a value of the program's own class equals nothing).
 * tests run in order, public first; the first failure decides the outcome; a sample passes when every test passes.
 
 Outcomes: ``passed``, ``wrong_answer``, ``timeout``, ``runtime_error`` (an exception, a crash, a resource limit),
@@ -11,8 +13,10 @@ was tampered with: unreadable, too long, too deep or out of order), ``output_lim
 ``task.max_output_mb``, raised to twice the largest expected output: the program's output is read into one buffer
 of its announced size, never past the cap, and compared line by line).
 
-Failure messages never quote a hidden test: for a private test they give the length and a SHA-256 prefix of the
-expected and produced outputs; only public tests (shown in the prompt) are quoted, shortened.
+Failure messages are redacted by the test, not by the text: a message about a hidden test carries its index and
+outcome (and, for an exception, a builtin exception's class name), never anything of its input, its expected output
+or what the program produced; only public tests (shown in the prompt) are quoted, shortened. Messages are valid
+text (a lone surrogate a program raised or returned becomes U+FFFD); :func:`grade` never raises for a program.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import json
 import logging
 import math
 import os
+import re
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -34,6 +39,7 @@ from typing import Any
 from tasks.livecodebench import isolation, modes
 from tasks.livecodebench.problem import Problem
 from tasks.livecodebench.sandbox import Limits, RunResult, SandboxError, execute
+from tasks.livecodebench.values import budget, expected_value, official_equal, rebuild
 from tasks.source import cfg_get
 
 log = logging.getLogger(__name__)
@@ -228,28 +234,29 @@ def stdout_matches(actual: str | bytes | bytearray, expected: str) -> bool:
 
 
 def _short(value: Any, width: int = 80) -> str:
-    """``value`` as bounded text (a string as is, anything else as JSON); never raises."""
+    """``value`` as bounded text (a string as is, anything else as JSON, a rebuilt non-JSON value by its
+    ``repr``); never raises."""
     try:
-        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=repr)
     except (ValueError, TypeError, RecursionError):
         text = f"<{type(value).__name__}>"
     return text if len(text) <= width else text[: width // 2] + "…" + text[-width // 2:]
 
 
 def fingerprint(text: str) -> str:
-    """What a row may say about a hidden text: its length and a SHA-256 prefix."""
+    """A hidden text's length and SHA-256 prefix (the last text guard, :func:`redact`, writes it)."""
     data = text.encode("utf-8", "surrogatepass")
     return f"<{len(data)} bytes, sha256 {hashlib.sha256(data).hexdigest()[:12]}>"
 
 
 def mismatch(got: Any, want: str, public: bool, text: bool) -> str:
     """The failure detail of a wrong answer: quoted for a public test (``repr`` for stdout ``text``, JSON for a
-    functional value), fingerprints for a hidden one."""
+    functional value); for a hidden one nothing of either side (not even a length or a hash of the program's
+    output, which the program chooses)."""
     if public:
         return f"got {_short(got)!r}, expected {_short(want)!r}" if text else \
             f"got {_short(got)}, expected {_short(want)}"
-    got_text = got if isinstance(got, str) else _short(got, 1 << 20)
-    return f"got {fingerprint(got_text)}, expected {fingerprint(want)}"
+    return "wrong output (hidden test: outputs withheld)"
 
 
 def withheld(error: str) -> str:
@@ -259,6 +266,14 @@ def withheld(error: str) -> str:
     builtin = getattr(builtins, name, None)
     known = isinstance(builtin, type) and issubclass(builtin, BaseException)
     return f"{name if known else 'an exception'} (message withheld: hidden test)"
+
+
+def valid_text(text: str) -> str:
+    """``text`` with every lone surrogate replaced (U+FFFD): what a row may hold."""
+    return text if text.isascii() else _SURROGATE.sub("\ufffd", text)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 MIN_REDACTED = 4  # shorter hidden texts ("1", "YES") say nothing and would blank out ordinary words
@@ -324,8 +339,21 @@ def grade(problem: Problem, code: str | None, settings: GradeSettings) -> Verdic
                 ok = stdout_matches(got, want)
                 detail = "" if ok else mismatch(stripped_text(got), want.strip(), public, text=True)
             else:
-                ok = "value" in msg and msg["value"] == json.loads(want)
-                detail = mismatch(msg.get("value"), want, public, text=False)
+                raw = msg.get("value_raw")
+                if not isinstance(raw, (bytes, bytearray)):
+                    failure.append(("protocol_error", f"test {i}: no return value bytes"))
+                    return False
+                try:
+                    got = rebuild(raw, budget(want))
+                except OverflowError as exc:  # more containers than a value equal to the expected one can hold
+                    shown = str(exc) if public else mismatch(None, want, False, text=False)
+                    failure.append(("wrong_answer", f"test {i}: {shown}"))
+                    return False
+                ok, error = official_equal(got, expected_value(want))
+                if error is not None:
+                    failure.append(("runtime_error", f"test {i}: {error if public else withheld(error)}"))
+                    return False
+                detail = "" if ok else mismatch(got, want, public, text=False)
             if not ok:
                 failure.append(("wrong_answer", f"test {i}: {detail}"))
             return ok
@@ -340,7 +368,7 @@ def grade(problem: Problem, code: str | None, settings: GradeSettings) -> Verdic
                 raise
             log.warning("LiveCodeBench: the sandbox failed to start; retrying once", exc_info=True)
     verdict = _verdict(result, failure, total, iso.mode)
-    return dataclasses.replace(verdict, error=redact(verdict.error, problem)) if verdict.error else verdict
+    return dataclasses.replace(verdict, error=valid_text(redact(verdict.error, problem))) if verdict.error else verdict
 
 
 def _verdict(result: RunResult, failure: list[tuple[str, str]], total: int, mode: str) -> Verdict:

@@ -1,7 +1,9 @@
 """Run one graded program in its sandbox: write the job, launch the driver, stream its results, enforce deadlines,
 kill everything it started and remove its temporary directory.
 
-The parent keeps the expected outputs; the driver only reports what the program produced (see ``driver.py``). Every
+The parent keeps the expected outputs and sends each test's input on the driver's stdin when that test is due (after
+the previous test passed: a hidden input is never inside the sandbox while a public test runs); the driver only
+reports what the program produced (see ``driver.py``). Every
 phase has a deadline measured here, outside the sandbox: startup (interpreter start: wall clock), compile (the
 program's module code) and each test (from the driver's ``start`` message to its ``result``): ``timeout_s`` of the
 sandbox's own CPU time, summed over every process in it, so that samples graded together cannot push each other
@@ -112,7 +114,8 @@ def execute(iso: Isolation, kind: str, code: str, func_name: str | None, inputs:
         job_dir = os.path.join(root, "job")
         os.mkdir(job_dir, 0o700)
         max_out = limits.max_output_mb * MiB
-        job = {"kind": kind, "code": code, "func_name": func_name, "inputs": inputs, "uid": uid, "protocol": protocol,
+        job = {"kind": kind, "code": code, "func_name": func_name, "n_tests": len(inputs), "uid": uid,
+               "protocol": protocol,
                "limits": limits.rlimits(len(inputs)), "max_output_bytes": max_out,
                "sys_path": interpreter_sys_path(iso.python),
                "nproc_relative": iso.mode == "process" and uid is None and os.geteuid() != 0}
@@ -143,7 +146,7 @@ def execute(iso: Isolation, kind: str, code: str, func_name: str | None, inputs:
                 os.close(fd)
         start = time.monotonic()
         try:
-            result = _monitor(proc, len(inputs), limits, on_result, start)
+            result = _monitor(proc, inputs, limits, on_result, start)
         finally:
             _terminate(proc, iso, uid)
         if result.phase == "startup":
@@ -184,14 +187,24 @@ def probe(iso: Isolation) -> str:
     return "" if seen == ["ok"] else f"probe program: {' '.join(seen)}"
 
 
-MAX_DEPTH = 256  # nesting a result message may have: the driver's ``to_wire`` stops at 200 (+ its markers)
+MAX_DEPTH = 16  # nesting a header line may have (the driver's are flat; values and outputs travel as raw bytes)
+HEADER_LIMIT = 64 * 1024  # longest header line: an error message is at most 400 characters, 6 bytes each escaped
 
 
 def line_limit(max_output_bytes: int) -> int:
-    """Longest result line accepted: a ``stdout`` of ``max_output_bytes`` as JSON (``ensure_ascii=False``, so only
-    control characters are escaped; newlines double) plus 1 MiB of envelope and error text. A longer line is a
-    ``protocol_error``: the parent never holds more than about four times this (buffer, line, text, value)."""
-    return 2 * max_output_bytes + MiB
+    """Longest result line accepted: a header (outputs and return values follow it as raw bytes of an announced
+    size, at most ``max_output_bytes``). A longer line is a ``protocol_error``; parsing one costs a few MiB at most."""
+    return HEADER_LIMIT
+
+
+def input_frame(i: int, text: str) -> bytes:
+    """Test ``i``'s input as the driver's inbox reads it: ``"i n\\n"`` then ``n`` bytes of UTF-8 (lone surrogates
+    kept)."""
+    data = text.encode("utf-8", "surrogatepass")
+    return b"%d %d\n" % (i, len(data)) + data
+
+
+RAW_KEYS = {"stdout_bytes": "stdout", "value_bytes": "value_raw"}  # header field -> where the raw bytes go
 
 
 def parse_message(line: bytes) -> dict | None:
@@ -266,13 +279,18 @@ class _Clock:
         return max(0.0, min(self.wall_deadline - now, CPU_POLL_S if self.cpu else 1.0))
 
 
-def _monitor(proc: subprocess.Popen, n_tests: int, limits: Limits, on_result: OnResult,
+def _monitor(proc: subprocess.Popen, inputs: list[str], limits: Limits, on_result: OnResult,
              start: float) -> RunResult:
-    """Stream the driver's result lines. Linear in the bytes read (each byte is scanned for a newline once), and
-    bounded: a line longer than :func:`line_limit` ends the run as ``protocol_error``. Each phase after startup has
-    ``timeout_s`` of the sandbox's own CPU time (see :class:`_Clock`)."""
+    """Stream the driver's result lines and feed it each test's input when that test is due (non-blocking: a
+    driver that stops reading cannot stall the deadlines). Linear in the bytes read (each byte is scanned for a
+    newline once), and bounded: a line longer than :func:`line_limit` ends the run as ``protocol_error``. Each phase
+    after startup has ``timeout_s`` of the sandbox's own CPU time (see :class:`_Clock`)."""
+    n_tests = len(inputs)
     fd = proc.stdout.fileno()
     os.set_blocking(fd, False)
+    in_fd = proc.stdin.fileno()
+    os.set_blocking(in_fd, False)
+    pending = memoryview(b"")  # the rest of the input being sent
     max_output = limits.max_output_mb * MiB
     max_line = line_limit(max_output)
     phase, current, next_i = "startup", None, 0
@@ -285,13 +303,33 @@ def _monitor(proc: subprocess.Popen, n_tests: int, limits: Limits, on_result: On
     def end(status: str, error: str | None = None, index: int | None = None) -> RunResult:
         return RunResult(status, phase, index if index is not None else current, error, time.monotonic() - start)
 
+    def send(i: int) -> None:
+        nonlocal pending
+        if i >= n_tests:
+            return
+        if pending:  # only after forged messages: the driver reads each input whole before it starts that test
+            pending = memoryview(bytes(pending) + input_frame(i, inputs[i]))
+        else:
+            pending = memoryview(input_frame(i, inputs[i]))
+            sel.register(in_fd, selectors.EVENT_WRITE)
+
     with selectors.DefaultSelector() as sel:
         sel.register(fd, selectors.EVENT_READ)
         while True:
             now = time.monotonic()
             if clock.expired(now):
                 return end("timeout", f"no progress within the {phase} deadline")
-            if not sel.select(clock.wait(now)):
+            events = sel.select(clock.wait(now))
+            if pending and any(key.fd == in_fd for key, _ in events):
+                try:
+                    pending = pending[os.write(in_fd, pending[:1 << 20]):]
+                except BlockingIOError:
+                    pass
+                except OSError:  # the driver closed its end: it ends, and its end is reported below
+                    pending = memoryview(b"")
+                if not pending:
+                    sel.unregister(in_fd)
+            if not any(key.fd == fd for key, _ in events):
                 continue
             try:
                 if raw is not None:  # straight into the output's own buffer: held once, never copied
@@ -317,7 +355,8 @@ def _monitor(proc: subprocess.Popen, n_tests: int, limits: Limits, on_result: On
                         raw = (msg, out, got)
                     if got < len(out):
                         break
-                    msg["stdout"], raw, scanned = out, None, 0
+                    msg[RAW_KEYS[msg["raw_key"]]], raw, scanned = out, None, 0
+                    del msg["raw_key"]
                 else:
                     nl = buf.find(b"\n", scanned)
                     if nl < 0:
@@ -329,10 +368,12 @@ def _monitor(proc: subprocess.Popen, n_tests: int, limits: Limits, on_result: On
                     del line
                     if msg is None:
                         return end("protocol_error", "unreadable message on the result channel")
-                    if msg["ev"] == "result" and "stdout_bytes" in msg:
-                        size = msg["stdout_bytes"]
+                    key = next((k for k in RAW_KEYS if k in msg), None) if msg["ev"] == "result" else None
+                    if key is not None:
+                        size = msg[key]
                         if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= max_output:
                             return end("protocol_error", "bad output size on the result channel")
+                        msg["raw_key"] = key
                         raw = (msg, bytearray(size), 0)
                         continue
                 ev = msg["ev"]
@@ -345,6 +386,7 @@ def _monitor(proc: subprocess.Popen, n_tests: int, limits: Limits, on_result: On
                 elif ev == "compiled" and phase == "compile":
                     phase = "test"
                     clock.start(now, limits.timeout_s)
+                    send(0)
                 elif ev == "start" and phase == "test" and current is None and msg.get("i") == next_i:
                     current = next_i
                     clock.start(now, limits.timeout_s)
@@ -355,6 +397,7 @@ def _monitor(proc: subprocess.Popen, n_tests: int, limits: Limits, on_result: On
                         return end("stopped", index=next_i - 1)
                     if next_i == n_tests:
                         return end("done")
+                    send(next_i)
                 elif ev == "done" and (phase == "test" or n_tests == 0) and next_i == n_tests:
                     return end("done")
                 else:
