@@ -150,7 +150,7 @@ def test_every_task_metric_is_covered():
         "aime24": {"pass@1", "pass@4", "cons@4", "answered"},
         "livecodebench": {"pass@1", "pass@2", "pass@3"} | {f"share_{o}" for o in (
             "passed", "wrong_answer", "timeout", "runtime_error", "compile_error", "no_code", "protocol_error",
-            "output_limit")},
+            "output_limit", "data_error")},
     }
     for name, (make, conf) in CASES.items():
         terms = hook(get_task(name), "item_terms")(make(), cfg=conf.task)

@@ -6,6 +6,7 @@ import base64
 import json
 import os
 import pickle
+import re
 import zlib
 from pathlib import Path
 
@@ -159,11 +160,28 @@ def test_an_unreachable_hub_reads_cached_files_only(monkeypatch, tmp_path):
     ("metadata", "{bad", "field 'metadata' is not valid JSON"),
 ])
 def test_bad_rows_name_file_line_and_field(tmp_path, field, value, message):
+    """A row whose identity or prompt fields are unusable stops the load; one whose tests (or metadata) cannot be
+    parsed stays one named item, graded data_error, and the other problems load."""
     records = rows()[:2]
     records[1][field] = value
     path = write_jsonl(tmp_path / "bad.jsonl", records)
-    with pytest.raises(ValueError, match=f"bad.jsonl line 2: {message}"):
-        lcb.load(cfg(source="path", path=str(path), start_date=None, end_date=None))
+    conf = cfg(source="path", path=str(path), start_date=None, end_date=None)
+    if field in ("platform", "difficulty", "contest_date"):
+        with pytest.raises(ValueError, match=f"bad.jsonl line 2: {message}"):
+            lcb.load(conf)
+        return
+    assert re.match(f".*bad.jsonl line 2: {message}", broken_tests(conf, records[1]["question_id"]))
+
+
+def broken_tests(conf, qid: str) -> str:
+    """The data error of the one problem ``qid`` of ``conf`` whose tests could not be parsed; its samples are graded
+    ``data_error`` without running."""
+    problems = lcb.load(conf)
+    broken = [p for p in problems if p.data_error]
+    assert [p.question_id for p in broken] == [qid] and broken[0].tests == ()
+    row = lcb.score(broken[0], "```python\nprint(1)\n```", cfg={"sandbox": "process"})
+    assert row["outcome"] == "data_error" and row["correct"] is False and broken[0].data_error in row["error"]
+    return broken[0].data_error
 
 
 def test_missing_field_duplicate_id_and_functional_input_checks(tmp_path):
@@ -176,8 +194,8 @@ def test_missing_field_duplicate_id_and_functional_input_checks(tmp_path):
         lcb.load(cfg(source="path", path=str(write_jsonl(tmp_path / "b.jsonl", dup))))
     func = rows()[3]
     func["public_test_cases"] = json.dumps([{"input": "[1, 2", "output": "[1]", "testtype": "functional"}])
-    with pytest.raises(ValueError, match="not one JSON value a line"):
-        lcb.load(cfg(source="path", path=str(write_jsonl(tmp_path / "c.jsonl", [func]))))
+    func_path = write_jsonl(tmp_path / "c.jsonl", [func])
+    assert "not one JSON value a line" in broken_tests(cfg(source="path", path=str(func_path)), func["question_id"])
 
 
 class _Exploit:
@@ -208,9 +226,9 @@ def test_poisoned_private_tests_raise_and_run_nothing(tmp_path, make_payload):
     record = rows()[0]
     record["private_test_cases"] = compress(make_payload(marker))
     path = write_jsonl(tmp_path / "poisoned.jsonl", [record])
-    with pytest.raises(ValueError, match=r"poisoned.jsonl line 1: field 'private_test_cases'.*forbidden global "
-                                         r"(posix\.system|builtins\.eval)"):
-        lcb.load(cfg(source="path", path=str(path)))
+    error = broken_tests(cfg(source="path", path=str(path)), record["question_id"])
+    assert re.match(r".*poisoned.jsonl line 1: field 'private_test_cases'.*forbidden global "
+                    r"(posix\.system|builtins\.eval)", error)
     assert not marker.exists()
 
 

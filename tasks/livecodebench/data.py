@@ -129,9 +129,18 @@ def load_problems(cfg: Any) -> list[Problem]:
             seen[problem.question_id] = where
             problems.append(problem)
             if limit is not None and len(problems) >= int(limit):
-                return problems
+                return _named_broken(problems)
     if not problems:
         raise ValueError(f"task: no problem of task.source={cfg_get(cfg, 'source', 'hub')} lies in the window "
                          f"task.start_date={cfg_get(cfg, 'start_date')} .. task.end_date={cfg_get(cfg, 'end_date')}")
     log.info("LiveCodeBench: %d problems loaded", len(problems))
+    return _named_broken(problems)
+
+
+def _named_broken(problems: list[Problem]) -> list[Problem]:
+    """``problems``, after one warning naming each whose tests could not be parsed (they stay items)."""
+    broken = [p for p in problems if p.data_error]
+    if broken:
+        log.warning("LiveCodeBench: %d problem(s) whose tests cannot be parsed stay items, every sample graded "
+                    "data_error: %s", len(broken), "; ".join(f"{p.question_id}: {p.data_error[:200]}" for p in broken))
     return problems

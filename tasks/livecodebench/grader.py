@@ -11,7 +11,8 @@ Outcomes: ``passed``, ``wrong_answer``, ``timeout``, ``runtime_error`` (an excep
 ``compile_error`` (the code does not compile), ``no_code`` (nothing to run), ``protocol_error`` (the result channel
 was tampered with: unreadable, too long, too deep or out of order), ``output_limit`` (the output went over
 ``task.max_output_mb``, raised to twice the largest expected output: the program's output is read into one buffer
-of its announced size, never past the cap, and compared line by line).
+of its announced size, never past the cap, and compared line by line), ``data_error`` (the problem's own tests
+could not be parsed: ``Problem.data_error``; nothing runs).
 
 Failure messages are redacted by the test, not by the text: a message about a hidden test carries its index and
 outcome (and, for an exception, a builtin exception's class name), never anything of its input, its expected output
@@ -45,7 +46,7 @@ from tasks.source import cfg_get
 log = logging.getLogger(__name__)
 
 OUTCOMES = ("passed", "wrong_answer", "timeout", "runtime_error", "compile_error", "no_code", "protocol_error",
-            "output_limit")
+            "output_limit", "data_error")
 FILE_TOO_LARGE = "[Errno 27] File too large"  # a write past RLIMIT_FSIZE (strict) or the capture bound (lcb_runner)
 PROTOCOLS = ("lcb_runner", "strict")  # how programs run: lcb_runner's run_test semantics, or real file descriptors
 
@@ -305,6 +306,8 @@ def grade(problem: Problem, code: str | None, settings: GradeSettings) -> Verdic
     """Run ``code`` on every test of ``problem`` in the sandbox and name the outcome. Raises ``SandboxError`` only
     when the sandbox itself cannot start twice in a row (a harness problem, never the program's)."""
     total = len(problem.tests)
+    if problem.data_error:
+        return Verdict("data_error", 0, total, error=valid_text(f"the problem's tests: {problem.data_error}"[:1000]))
     if code is None:
         return Verdict("no_code", 0, total)
     iso = modes.resolve(settings.sandbox, settings.python)

@@ -19,6 +19,11 @@ base64 text), and decoding the whole hub release gives about 12 GB for ~1,000 pr
 "12.1 GB"), about 11 MB a problem on average. The caps leave an order of magnitude over those figures (32 MiB a
 test, 256 MiB a problem) while cutting the reproduced bombs (340 KB → 1.3 GB, 509 KB → 2.68 million tests) at the
 first limit crossed; the harness then holds at most about three times ``MAX_PROBLEM_BYTES`` while parsing one row.
+
+A row whose tests cannot be parsed (over a limit, not JSON, an integer over lcb_runner's 50000 digits) is still one
+item, named, with its prompt: ``data_error`` says why, and every sample of it is graded ``data_error`` (never
+correct; the denominator keeps it). A row whose identity or prompt fields are unusable stops the load, naming the
+file, line and field.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from datetime import datetime
 from typing import Any
 
 from tasks.base import loads_bounded
+from tasks.livecodebench.values import allow_big_ints
 
 PLATFORMS = ("leetcode", "codeforces", "atcoder")
 DIFFICULTIES = ("easy", "medium", "hard")
@@ -72,6 +78,7 @@ class Problem:
     n_public: int
     func_name: str | None
     source_file: str = field(default="", compare=False)  # the file it was read from (hidden from programs)
+    data_error: str = ""  # why the tests could not be parsed ("" when they could); then ``tests`` is empty
 
     @property
     def item_id(self) -> str:
@@ -171,6 +178,7 @@ def parse_tests(value: Any, where: str, name: str, compressed_ok: bool,
 
 
 def _check_functional(tests: list[TestCase], where: str) -> None:
+    allow_big_ints()  # lcb_runner parses tests with 50000-digit integers
     for k, test in enumerate(tests):
         for j, line in enumerate(test.input.split("\n")):
             loads_bounded(line, f"{where}: test {k} of a functional problem, input line {j} "
@@ -224,25 +232,12 @@ def parse_problem(record: dict, where: str, source_file: str = "") -> Problem:
         contest_date = date if isinstance(date, datetime) else datetime.fromisoformat(str(date))
     except ValueError as exc:
         raise ValueError(f"{where}: field 'contest_date' is not an ISO date: {date!r}") from exc
-    metadata = record["metadata"]
-    metadata = loads_bounded(metadata, f"{where}: field 'metadata'") if isinstance(metadata, str) else \
-        (metadata or {})
-    if not isinstance(metadata, dict):
-        raise ValueError(f"{where}: field 'metadata' must be a JSON object")
-    public = parse_tests(record["public_test_cases"], where, "public_test_cases", compressed_ok=False)
-    used = sum(len(t.input) + len(t.output) for t in public)
-    private = parse_tests(record["private_test_cases"], where, "private_test_cases", compressed_ok=True,
-                          budget=MAX_PROBLEM_BYTES - used)
-    if len(public) + len(private) > MAX_TESTS:
-        raise ValueError(f"{where}: {len(public) + len(private)} tests, over the limit of {MAX_TESTS}")
-    tests = public + private
-    if not tests:
-        raise ValueError(f"{where}: the problem has no tests")
-    func_name = metadata.get("func_name") or None
-    if func_name is not None and not isinstance(func_name, str):
-        raise ValueError(f"{where}: field 'metadata.func_name' must be a string")
-    if func_name:
-        _check_functional(tests, where)
+    func_name, tests, n_public, data_error = None, [], 0, ""
+    try:
+        func_name = _func_name(record, where)
+        tests, n_public = _tests_of(record, where, func_name)
+    except ValueError as exc:
+        data_error = str(exc)[:1000]
     return Problem(
         question_id=qid,
         question_title=str(record["question_title"]),
@@ -253,7 +248,37 @@ def parse_problem(record: dict, where: str, source_file: str = "") -> Problem:
         starter_code=str(record["starter_code"] or ""),
         difficulty=_choice(record, "difficulty", DIFFICULTIES, where),
         tests=tuple(tests),
-        n_public=len(public),
+        n_public=n_public,
         func_name=func_name,
         source_file=source_file,
+        data_error=data_error,
     )
+
+
+def _func_name(record: dict, where: str) -> str | None:
+    """``metadata.func_name`` (None: a stdin problem); ``ValueError`` naming the field."""
+    metadata = record["metadata"]
+    metadata = loads_bounded(metadata, f"{where}: field 'metadata'") if isinstance(metadata, str) else \
+        (metadata or {})
+    if not isinstance(metadata, dict):
+        raise ValueError(f"{where}: field 'metadata' must be a JSON object")
+    func_name = metadata.get("func_name") or None
+    if func_name is not None and not isinstance(func_name, str):
+        raise ValueError(f"{where}: field 'metadata.func_name' must be a string")
+    return func_name
+
+
+def _tests_of(record: dict, where: str, func_name: str | None) -> tuple[list[TestCase], int]:
+    """``(tests, n_public)`` of a row; ``ValueError`` naming the field when they cannot be parsed."""
+    public = parse_tests(record["public_test_cases"], where, "public_test_cases", compressed_ok=False)
+    used = sum(len(t.input) + len(t.output) for t in public)
+    private = parse_tests(record["private_test_cases"], where, "private_test_cases", compressed_ok=True,
+                          budget=MAX_PROBLEM_BYTES - used)
+    if len(public) + len(private) > MAX_TESTS:
+        raise ValueError(f"{where}: {len(public) + len(private)} tests, over the limit of {MAX_TESTS}")
+    tests = public + private
+    if not tests:
+        raise ValueError(f"{where}: the problem has no tests")
+    if func_name:
+        _check_functional(tests, where)
+    return tests, len(public)
