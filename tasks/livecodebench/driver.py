@@ -411,8 +411,11 @@ def _int(value: int) -> object:
     return value if value.bit_length() <= BIG_INT_BITS else {"$lcb": "int", "hex": hex(value)}
 
 
-def _numpy(value: object, np: types.ModuleType) -> object:
+def _numpy(value: object, np: types.ModuleType, depth: int) -> object:
     arr = np.asarray(value)
+    if arr.dtype.kind == "O" and type(value) is np.ndarray:  # its elements, each in wire form
+        return {"$lcb": "numpy", "dtype": "|O", "shape": list(arr.shape),
+                "items": [to_wire(v, depth + 1) for v in arr.ravel()]}
     if arr.dtype.kind not in _NUMPY_KINDS or arr.dtype.hasobject or arr.dtype.fields is not None:
         return None
     data = binascii.b2a_base64(np.ascontiguousarray(arr).tobytes(), newline=False).decode("ascii")
@@ -425,7 +428,8 @@ def to_wire(value: object, depth: int = 0) -> object:
     type without running program code (``tasks/livecodebench/values.py``): JSON scalars, lists and str-keyed dicts
     as themselves; ``{"$lcb": tag, ...}`` for an int over :data:`BIG_INT_BITS` bits (``hex``), a tuple, set,
     frozenset or dict with other keys (``items``), ``Fraction`` (``n``, ``d``), ``Decimal`` (``s``), ``complex``
-    (``re``, ``im``), a numpy array or scalar (``dtype``, ``shape``, base64 ``data``); anything else (a class of the
+    (``re``, ``im``), a numpy array or scalar (``dtype``, ``shape``, base64 ``data``; an object array: its
+    elements' wire forms, ``items``); anything else (a class of the
     program, a subclass of a builtin type, an iterator, a structure deeper than :data:`MAX_WIRE_DEPTH`) is
     ``opaque``: it equals nothing. Types are matched exactly, never by ``isinstance``."""
     t = type(value)
@@ -454,7 +458,7 @@ def to_wire(value: object, depth: int = 0) -> object:
     if decimal is not None and t is decimal.Decimal:
         return {"$lcb": "decimal", "s": str(value)}
     if np is not None and (t is np.ndarray or (isinstance(value, np.generic) and t.__module__ == "numpy")):
-        wire = _numpy(value, np)
+        wire = _numpy(value, np, depth)
         if wire is not None:
             return wire
     return {"$lcb": "opaque", "type": t.__name__[:100], "repr": describe_obj(value)}

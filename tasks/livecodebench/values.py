@@ -3,7 +3,8 @@ the expected output as lcb_runner's ``grade_call_based`` does (``prediction == j
 
 The wire form (``driver.to_wire``) carries standard-library and numpy values as typed data: ``int`` (hex past 8192
 bits), ``tuple``, ``set``, ``frozenset``, ``dict`` with non-string keys, ``Fraction`` (two ints), ``Decimal`` (its
-string), ``complex`` (two floats), numpy arrays and scalars (dtype, shape, raw bytes). They are rebuilt here as
+string), ``complex`` (two floats), numpy arrays and scalars (dtype, shape, raw bytes; an object array element by
+element). They are rebuilt here as
 values of those same types, by constructors that run no program code, so Python's ``==`` gives lcb_runner's answer:
 ``Fraction(3, 2) == 1.5``, ``np.array([3]) == [3]`` pass; a nested tuple never equals a list; a two-element array
 raises on ``not`` (ambiguous truth value), a runtime error there and here.
@@ -130,14 +131,23 @@ def _complex(obj: dict) -> complex:
 
 
 def _numpy(obj: dict) -> Any:
-    dtype, shape, data = _need(obj, "dtype", str), _need(obj, "shape", list), _need(obj, "data", str)
-    if not _DTYPE.fullmatch(dtype) or len(shape) > MAX_DIMS or \
+    dtype, shape = _need(obj, "dtype", str), _need(obj, "shape", list)
+    if not (_DTYPE.fullmatch(dtype) or dtype == "|O") or len(shape) > MAX_DIMS or \
             not all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n for n in shape):
         raise WireError("wire numpy value: bad dtype or shape")
     try:
         import numpy as np
     except ImportError:
         return Opaque("numpy value", "numpy is not installed in the harness")
+    if dtype == "|O":  # an object array: its elements, already rebuilt
+        items = _need(obj, "items", list)
+        if math.prod(shape) != len(items):
+            raise WireError("wire numpy value: size mismatch")
+        array = np.empty(len(items), dtype=object)
+        for k, item in enumerate(items):
+            array[k] = item
+        return array.reshape(shape)
+    data = _need(obj, "data", str)
     try:
         raw = base64.b64decode(data, validate=True)
         kind = np.dtype(dtype)
@@ -197,8 +207,10 @@ def rebuild(data: bytes | bytearray, limit: int) -> Any:
     try:
         text = bytes(data).decode("utf-8", "surrogatepass")
         return json.loads(text, object_hook=_hook)
-    except TypeError as exc:  # an unhashable set member or dict key: the driver never writes one
-        raise WireError(f"wire value: {exc}") from None
+    except WireError:
+        raise
+    except (TypeError, ValueError) as exc:  # not JSON, not UTF-8, an unhashable set member or dict key
+        raise WireError(f"wire value: {type(exc).__name__}") from None
     except RecursionError:
         raise WireError("wire value: nested too deep") from None
 
