@@ -259,8 +259,8 @@ def test_task_config_composes_with_the_documented_defaults():
                            {"task": OmegaConf.load(path)})
     task = conf.task
     assert task.name == "livecodebench" and source_of(task) == "bundled"
-    assert (task.start_date, task.end_date, task.timeout_s, task.release) == ("2024-08-01", "2025-01-31", 6,
+    assert (task.start_date, task.end_date, task.timeout_s, task.release) == ("2024-08-01", "2025-02-01", 6,
                                                                               "release_v5")
     assert dict(task.gen) == {"max_new_tokens": 2000, "temperature": 0.2, "top_p": 0.95, "n_samples": 10}
-    assert task.tag == "livecodebench-auto-release_v5-2024-08-01_2025-01-31-limitNone-auto-t6"
+    assert task.tag == "livecodebench-auto-release_v5-2024-08-01_2025-02-01-limitNone-auto-t6"
     lcb.validate(task)

@@ -79,7 +79,7 @@ def budget(expected_output: str) -> int:
     """The most containers and separators a wire value equal to this expected output can hold: each JSON value of
     the expected output becomes at most a few (a tuple marker, a Fraction's two ints, a dict's key-value pairs)."""
     data = expected_output.encode("utf-8", "surrogatepass")
-    return 8 * structure_count(data) + 1024
+    return 16 * structure_count(data) + 1024
 
 
 class WireError(ValueError):
