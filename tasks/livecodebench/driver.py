@@ -5,9 +5,9 @@ path instead). It reads the job (the code, the number of tests, the limits), app
 when asked, then runs every test in this one process and streams *what the program produced* to the parent as JSON
 lines on the file descriptor that was its stdout at start. It never sees the expected outputs: the parent compares,
 so a program that tampers with this process (or writes into the result channel) can at worst report outputs it
-computed itself. Nor does it hold a test's input before that test starts: the parent sends input ``i`` on the
-driver's stdin (``"i n\n"`` then ``n`` bytes of UTF-8) once test ``i - 1`` has passed, so while a public test runs
-no hidden input is inside the sandbox (public tests come first).
+computed itself. Nor does it hold the inputs from the start: the parent sends them on the driver's stdin (``"i n\n"``
+then ``n`` bytes of UTF-8) one test ahead, and a hidden test's input only once every public test has passed, so
+while a public test runs no hidden input is inside the sandbox (public tests come first).
 
 Protocol (one JSON object a line, ASCII): ``ready`` → ``compiled`` | ``compile_error`` | ``load_error`` → for each
 test ``start {i}`` then ``result {i, ok, error}`` on a failure, or ``result {i, ok, stdout_bytes, truncated}`` (stdin)

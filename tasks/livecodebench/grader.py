@@ -364,7 +364,7 @@ def grade(problem: Problem, code: str | None, settings: GradeSettings) -> Verdic
         try:
             result = execute(iso, problem.kind, code, problem.func_name, [t.input for t in problem.tests],
                              limits, on_result, hidden=(problem.source_file,) if problem.source_file else (),
-                             protocol=settings.protocol)
+                             protocol=settings.protocol, n_public=problem.n_public)
             break
         except SandboxError:
             if attempt == 2:

@@ -1,9 +1,9 @@
 """Run one graded program in its sandbox: write the job, launch the driver, stream its results, enforce deadlines,
 kill everything it started and remove its temporary directory.
 
-The parent keeps the expected outputs and sends each test's input on the driver's stdin when that test is due (after
-the previous test passed: a hidden input is never inside the sandbox while a public test runs); the driver only
-reports what the program produced (see ``driver.py``). Every
+The parent keeps the expected outputs and sends the tests' inputs on the driver's stdin one test ahead, a hidden
+test's input only once every public test has its result (a hidden input is never inside the sandbox while a public
+test runs); the driver only reports what the program produced (see ``driver.py``). Every
 phase has a deadline measured here, outside the sandbox: startup (interpreter start: wall clock), compile (the
 program's module code) and each test (from the driver's ``start`` message to its ``result``): ``timeout_s`` of the
 sandbox's own CPU time, summed over every process in it, so that samples graded together cannot push each other
@@ -103,9 +103,12 @@ OnResult = Callable[[int, dict], bool]
 
 
 def execute(iso: Isolation, kind: str, code: str, func_name: str | None, inputs: list[str], limits: Limits,
-            on_result: OnResult, hidden: tuple[str, ...] = (), protocol: str = "lcb_runner") -> RunResult:
+            on_result: OnResult, hidden: tuple[str, ...] = (), protocol: str = "lcb_runner",
+            n_public: int = 0) -> RunResult:
     """Run ``code`` on ``inputs`` in one sandboxed interpreter. ``on_result(i, message)`` sees each test's report
     in order and returns False to stop there. ``protocol``: the program's I/O semantics (see ``driver.py``).
+    ``inputs[:n_public]`` are public (shown in the prompt): the others reach the sandbox only after every public
+    test has its result.
     Raises :class:`SandboxError` when the sandbox cannot start."""
     root = tempfile.mkdtemp(prefix="lcb-")
     uid = iso.new_uid()
@@ -146,7 +149,7 @@ def execute(iso: Isolation, kind: str, code: str, func_name: str | None, inputs:
                 os.close(fd)
         start = time.monotonic()
         try:
-            result = _monitor(proc, inputs, limits, on_result, start)
+            result = _monitor(proc, inputs, n_public, limits, on_result, start)
         finally:
             _terminate(proc, iso, uid)
         if result.phase == "startup":
@@ -279,10 +282,10 @@ class _Clock:
         return max(0.0, min(self.wall_deadline - now, CPU_POLL_S if self.cpu else 1.0))
 
 
-def _monitor(proc: subprocess.Popen, inputs: list[str], limits: Limits, on_result: OnResult,
+def _monitor(proc: subprocess.Popen, inputs: list[str], n_public: int, limits: Limits, on_result: OnResult,
              start: float) -> RunResult:
-    """Stream the driver's result lines and feed it each test's input when that test is due (non-blocking: a
-    driver that stops reading cannot stall the deadlines). Linear in the bytes read (each byte is scanned for a
+    """Stream the driver's result lines and feed it the tests' inputs (:func:`feed`; non-blocking: a driver that
+    stops reading cannot stall the deadlines). Linear in the bytes read (each byte is scanned for a
     newline once), and bounded: a line longer than :func:`line_limit` ends the run as ``protocol_error``. Each phase
     after startup has ``timeout_s`` of the sandbox's own CPU time (see :class:`_Clock`)."""
     n_tests = len(inputs)
@@ -303,15 +306,20 @@ def _monitor(proc: subprocess.Popen, inputs: list[str], limits: Limits, on_resul
     def end(status: str, error: str | None = None, index: int | None = None) -> RunResult:
         return RunResult(status, phase, index if index is not None else current, error, time.monotonic() - start)
 
-    def send(i: int) -> None:
-        nonlocal pending
-        if i >= n_tests:
-            return
-        if pending:  # only after forged messages: the driver reads each input whole before it starts that test
-            pending = memoryview(bytes(pending) + input_frame(i, inputs[i]))
-        else:
-            pending = memoryview(input_frame(i, inputs[i]))
-            sel.register(in_fd, selectors.EVENT_WRITE)
+    sent = 0  # inputs queued for the driver so far
+
+    def feed() -> None:
+        """Queue the inputs the driver may hold now: those of the running test and the next one (so that it never
+        waits for us between tests), but a hidden test's input only once every public test has its result."""
+        nonlocal pending, sent
+        while sent < n_tests and sent <= next_i + 1 and (sent < n_public or next_i >= n_public):
+            frame = input_frame(sent, inputs[sent])
+            if pending:
+                pending = memoryview(bytes(pending) + frame)
+            else:
+                pending = memoryview(frame)
+                sel.register(in_fd, selectors.EVENT_WRITE)
+            sent += 1
 
     with selectors.DefaultSelector() as sel:
         sel.register(fd, selectors.EVENT_READ)
@@ -386,7 +394,7 @@ def _monitor(proc: subprocess.Popen, inputs: list[str], limits: Limits, on_resul
                 elif ev == "compiled" and phase == "compile":
                     phase = "test"
                     clock.start(now, limits.timeout_s)
-                    send(0)
+                    feed()
                 elif ev == "start" and phase == "test" and current is None and msg.get("i") == next_i:
                     current = next_i
                     clock.start(now, limits.timeout_s)
@@ -397,7 +405,7 @@ def _monitor(proc: subprocess.Popen, inputs: list[str], limits: Limits, on_resul
                         return end("stopped", index=next_i - 1)
                     if next_i == n_tests:
                         return end("done")
-                    send(next_i)
+                    feed()
                 elif ev == "done" and (phase == "test" or n_tests == 0) and next_i == n_tests:
                     return end("done")
                 else:
