@@ -12,7 +12,7 @@ from fractions import Fraction
 import pytest
 
 from tasks.livecodebench import driver
-from tasks.livecodebench.values import Opaque, WireError, budget, official_equal, rebuild
+from tasks.livecodebench.values import Opaque, WireError, allow_big_ints, budget, official_equal, rebuild
 
 
 def over_the_wire(value: object) -> object:
@@ -111,3 +111,11 @@ def test_wire_ints_never_need_a_decimal_conversion():
         assert over_the_wire(7 ** 20000) == 7 ** 20000  # 16,902 digits: hex both ways
     finally:
         sys.set_int_max_str_digits(before)
+
+
+def test_a_forged_long_decimal_int_is_refused_but_long_digit_strings_are_values():
+    allow_big_ints()  # as after parsing a problem's tests: json.loads alone would now parse 50000 digits
+    with pytest.raises(WireError):
+        rebuild(("[" + "9" * 40000 + "]").encode(), 1 << 20)
+    digits = "7" * 40000
+    assert official_equal(rebuild(json.dumps([digits, 12]).encode(), 1 << 20), [digits, 12]) == (True, None)

@@ -188,6 +188,15 @@ _REBUILD = {
 }
 
 
+_LONG_DIGITS = re.compile(r"\d{2500}")  # the driver writes an int this long as hex (BIG_INT_BITS: 2467 digits)
+
+
+def _plain_int(text: str) -> int:
+    if len(text.lstrip("-")) >= 2500:
+        raise WireError("wire value: a long decimal integer")
+    return int(text)
+
+
 def _hook(obj: dict) -> Any:
     tag = obj.get("$lcb")
     if tag is None:
@@ -206,7 +215,9 @@ def rebuild(data: bytes | bytearray, limit: int) -> Any:
         raise OverflowError("the return value is larger than the expected value")
     try:
         text = bytes(data).decode("utf-8", "surrogatepass")
-        return json.loads(text, object_hook=_hook)
+        if _LONG_DIGITS.search(text) is None:
+            return json.loads(text, object_hook=_hook)
+        return json.loads(text, object_hook=_hook, parse_int=_plain_int)  # digits in a string, or a forged int
     except WireError:
         raise
     except (TypeError, ValueError) as exc:  # not JSON, not UTF-8, an unhashable set member or dict key
