@@ -264,3 +264,18 @@ def test_task_config_composes_with_the_documented_defaults():
     assert dict(task.gen) == {"max_new_tokens": 2000, "temperature": 0.2, "top_p": 0.95, "n_samples": 10}
     assert task.tag == "livecodebench-auto-release_v5-2024-08-01_2025-02-01-limitNone-auto-t6"
     lcb.validate(task)
+
+
+def test_big_integers_load_as_lcb_runner_reads_them(tmp_path):
+    """A 5000-digit expected output (over Python's 4300) aborted the whole load on main; lcb_runner reads up to
+    50000 digits. Past that the problem is one named data_error item, and the others still load."""
+    func = rows()[3]
+    assert json.loads(func["metadata"]).get("func_name")
+    good, bad = dict(func, question_id="big_ok"), dict(func, question_id="big_bad")
+    good["public_test_cases"] = json.dumps([{"input": "1", "output": "9" * 5000, "testtype": "functional"}])
+    bad["public_test_cases"] = json.dumps([{"input": "1", "output": "9" * 50001, "testtype": "functional"}])
+    conf = cfg(source="path", path=str(write_jsonl(tmp_path / "big.jsonl", [good, bad])), start_date=None,
+               end_date=None)
+    assert "50001 digits" in broken_tests(conf, "big_bad")
+    loaded = {p.question_id: p for p in lcb.load(conf)}
+    assert loaded["big_ok"].tests[0].output == "9" * 5000 and not loaded["big_ok"].data_error

@@ -12,7 +12,7 @@ from fractions import Fraction
 import pytest
 
 from tasks.livecodebench import driver
-from tasks.livecodebench.values import Opaque, WireError, allow_big_ints, budget, official_equal, rebuild
+from tasks.livecodebench.values import Opaque, WireError, budget, expected_value, official_equal, rebuild
 
 
 def over_the_wire(value: object) -> object:
@@ -114,8 +114,18 @@ def test_wire_ints_never_need_a_decimal_conversion():
 
 
 def test_a_forged_long_decimal_int_is_refused_but_long_digit_strings_are_values():
-    allow_big_ints()  # as after parsing a problem's tests: json.loads alone would now parse 50000 digits
-    with pytest.raises(WireError):
+    with pytest.raises(WireError):  # the driver writes long ints as hex; Python's own digit limit stays in place
         rebuild(("[" + "9" * 40000 + "]").encode(), 1 << 20)
     digits = "7" * 40000
     assert official_equal(rebuild(json.dumps([digits, 12]).encode(), 1 << 20), [digits, 12]) == (True, None)
+
+
+def test_expected_outputs_hold_50000_digit_integers_without_a_process_wide_limit():
+    import sys
+
+    before = sys.get_int_max_str_digits()
+    value = expected_value("[" + "9" * 50000 + ", -" + "1" * 4301 + ", 3]")
+    assert value == [10 ** 50000 - 1, -int("1" * 4000) * 10 ** 301 - int("1" * 301), 3]
+    assert sys.get_int_max_str_digits() == before
+    with pytest.raises(ValueError, match="50001 digits"):
+        expected_value("9" * 50001)

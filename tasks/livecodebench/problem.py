@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from tasks.base import loads_bounded
-from tasks.livecodebench.values import allow_big_ints
+from tasks.base import MAX_JSON_DEPTH, loads_bounded, too_deep
+from tasks.livecodebench.values import LIMIT_MESSAGE, loads_big
 
 PLATFORMS = ("leetcode", "codeforces", "atcoder")
 DIFFICULTIES = ("easy", "medium", "hard")
@@ -178,12 +178,25 @@ def parse_tests(value: Any, where: str, name: str, compressed_ok: bool,
 
 
 def _check_functional(tests: list[TestCase], where: str) -> None:
-    allow_big_ints()  # lcb_runner parses tests with 50000-digit integers
     for k, test in enumerate(tests):
         for j, line in enumerate(test.input.split("\n")):
-            loads_bounded(line, f"{where}: test {k} of a functional problem, input line {j} "
-                                "(not one JSON value a line)")
-        loads_bounded(test.output, f"{where}: test {k} of a functional problem, the output")
+            _check_json(line, f"{where}: test {k} of a functional problem, input line {j} (not one JSON value a line)")
+        _check_json(test.output, f"{where}: test {k} of a functional problem, the output")
+
+
+def _check_json(text: str, where: str) -> None:
+    """``text`` parses as lcb_runner parses it (``json.loads`` with 50000-digit integers), within the depth limit."""
+    try:
+        loads_bounded(text, where)
+    except ValueError as exc:
+        if LIMIT_MESSAGE not in str(exc):
+            raise
+        try:
+            value = loads_big(text)
+        except ValueError as big:
+            raise ValueError(f"{where}: {big}") from None
+        if too_deep(value, MAX_JSON_DEPTH):
+            raise ValueError(f"{where}: JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
 
 
 def _choice(record: dict, name: str, allowed: tuple[str, ...], where: str) -> str:

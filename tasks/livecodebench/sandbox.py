@@ -308,18 +308,31 @@ def _monitor(proc: subprocess.Popen, inputs: list[str], n_public: int, limits: L
 
     sent = 0  # inputs queued for the driver so far
 
+    def write() -> None:
+        """Write what the pipe takes of the pending input now; wait for the pipe (select) only for the rest."""
+        nonlocal pending
+        try:
+            while pending:
+                pending = pending[os.write(in_fd, pending[:1 << 20]):]
+        except BlockingIOError:
+            pass
+        except OSError:  # the driver closed its end: it ends, and its end is reported by the result channel
+            pending = memoryview(b"")
+        waiting = in_fd in sel.get_map()
+        if pending and not waiting:
+            sel.register(in_fd, selectors.EVENT_WRITE)
+        elif not pending and waiting:
+            sel.unregister(in_fd)
+
     def feed() -> None:
-        """Queue the inputs the driver may hold now: those of the running test and the next one (so that it never
+        """Send the inputs the driver may hold now: those of the running test and the next one (so that it never
         waits for us between tests), but a hidden test's input only once every public test has its result."""
         nonlocal pending, sent
         while sent < n_tests and sent <= next_i + 1 and (sent < n_public or next_i >= n_public):
             frame = input_frame(sent, inputs[sent])
-            if pending:
-                pending = memoryview(bytes(pending) + frame)
-            else:
-                pending = memoryview(frame)
-                sel.register(in_fd, selectors.EVENT_WRITE)
+            pending = memoryview(bytes(pending) + frame) if pending else memoryview(frame)
             sent += 1
+        write()
 
     with selectors.DefaultSelector() as sel:
         sel.register(fd, selectors.EVENT_READ)
@@ -329,14 +342,7 @@ def _monitor(proc: subprocess.Popen, inputs: list[str], n_public: int, limits: L
                 return end("timeout", f"no progress within the {phase} deadline")
             events = sel.select(clock.wait(now))
             if pending and any(key.fd == in_fd for key, _ in events):
-                try:
-                    pending = pending[os.write(in_fd, pending[:1 << 20]):]
-                except BlockingIOError:
-                    pass
-                except OSError:  # the driver closed its end: it ends, and its end is reported below
-                    pending = memoryview(b"")
-                if not pending:
-                    sel.unregister(in_fd)
+                write()
             if not any(key.fd == fd for key, _ in events):
                 continue
             try:
