@@ -12,8 +12,9 @@ Grading protocol (``task.protocol``): ``lcb_runner`` (default) runs each program
 (its ``reliability_guard``, stdin/stdout mocks and 50000-digit integer limit; see ``driver.py``), and extracts the
 code from the whole output, thinking included, as lcb_runner does (:func:`answer_part`); ``strict`` runs programs on
 real file descriptors without the guard, and grades only the text after ``</think>`` (nothing when the thinking never
-closed). Rows record ``protocol``. Deliberate difference from lcb_runner under both: the sandbox's limits (memory,
-processes, output size), which the official runner does not set.
+closed). Rows record ``protocol``. Return values are compared in the harness on values rebuilt from typed data
+(``values.py``). Every known difference from lcb_runner, with the case that shows it, is listed in
+``conf/task/livecodebench.yaml`` (the CPU-time deadline, a program's own classes, the sandbox's limits...).
 """
 
 from __future__ import annotations
