@@ -12,16 +12,21 @@ Two modes (``task.sandbox``):
   with an empty capability bounding set (a root process ignores RLIMIT_NPROC).
 * ``process`` — the fallback when bwrap is missing or not permitted: a fresh interpreter in its own PID, mount and
   IPC namespaces (``/proc`` of its own; its folder, ``/tmp``, ``/var/tmp`` and ``/dev/shm`` on one size-capped
-  tmpfs that vanishes with it; an empty ``/run``), ``no_new_privs``, no capability in any set, rlimits, a scrubbed
-  environment, the seccomp filter of :mod:`tasks.livecodebench.seccomp`, and a parent-death signal so that a killed
-  harness takes it along (see :data:`_LAUNCHER` and :func:`process_argv`). As root, the program always runs under a
-  fresh uid: a folder closed to other users on the way to the interpreter (a 0700 home) is covered, in the
-  program's mount namespace only, by an open tmpfs holding just the interpreter's folders; where that cannot work,
-  process mode refuses rather than run a program as root. It has the network and sees the rest of the file system.
+  tmpfs that vanishes with it; an empty ``/run``; the rest of the host read-only, so nothing it writes lands in a
+  host folder), the project, home and the download caches covered by empty folders and the task's data files by an
+  empty file (the interpreter's folders inside them bound back), ``no_new_privs``, no capability in any set,
+  rlimits, a scrubbed environment, the seccomp filter of :mod:`tasks.livecodebench.seccomp`, and a parent-death
+  signal so that a killed harness takes it along (see :data:`_LAUNCHER` and :func:`process_argv`). As root, the
+  program always runs under a fresh uid (:meth:`Isolation.new_uid`: no account's, no running process's): a folder
+  closed to other users on the way to the interpreter (a 0700 home) is covered too; where that cannot work, process
+  mode refuses rather than run a program as root. It has the network.
 
-Both modes: each phase of a program is timed on its sandbox's own CPU clock (``sandbox.py``), and ``memfd_create``
-and ``shmget`` fail (:mod:`tasks.livecodebench.seccomp`: memory outside RLIMIT_AS); on machines other than x86-64
-and aarch64 no filter is built (``memory_counts_memfd_and_shm`` is then missing from the guarantees).
+Both modes: each sandbox is one cgroup (:mod:`tasks.livecodebench.cgroup`: CPU time, memory and tasks of every
+process in it, reaped or not; where none can be made, per-process limits and one warning), each phase of a program
+is timed on that CPU clock (``sandbox.py``), the program starts on a fresh session keyring, its fd 2 is a pipe, and
+the seccomp filter refuses memory outside the limits (``memfd_create``, ``memfd_secret``, ``shmget``), keyrings and
+new user namespaces; on machines other than x86-64 and aarch64 no filter is built (``memory_counts_memfd_and_shm``
+is then missing from the guarantees).
 
 ``auto`` picks ``bwrap`` when a probe run succeeds and otherwise ``process``, with one loud warning.
 """
@@ -334,7 +339,9 @@ def check(ret, what):
 def mount(src, dst, fstype, flags, data):
     check(libc.mount(src.encode(), dst.encode(), fstype.encode(), flags, data.encode() if data else None),
           "mount " + dst)
-size, job, uid, plan, bpf = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4]), sys.argv[5]
+with os.fdopen(int(sys.argv[1]), encoding="utf-8") as fh:  # a file, not the command line: /proc/1/cmdline
+    cfg = json.load(fh)
+size, job, uid, plan, bpf = cfg["size"], cfg["job"], cfg["uid"], cfg["plan"], cfg["bpf"]
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC = 1, 2, 4, 32, 4096, 16384
 os.umask(0o022)
 mount("lcb", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "size=" + size + ",mode=0755")
@@ -409,7 +416,7 @@ if child:  # PID 1 stays out of the program's reach (no capability, another uid)
 os.chdir("/dev/shm/work")
 del libc, mount, check
 sys.dont_write_bytecode = True  # -B
-sys.argv = sys.argv[6:]
+sys.argv = sys.argv[2:]
 import runpy
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
@@ -483,20 +490,27 @@ def pdeathsig_prefix() -> list[str]:
     return [sys.executable, "-S", "-I", "-c", code]
 
 
-def process_argv(iso: Isolation, job_dir: str, tmp_bytes: int, uid: int | None,
-                 hidden: tuple[str, ...] = ()) -> list[str]:
+def process_settings(iso: Isolation, job_dir: str, tmp_bytes: int, uid: int | None,
+                     hidden: tuple[str, ...] = ()) -> bytes:
+    """What the process-mode launcher reads from the file descriptor of :func:`process_argv` (JSON): the size of
+    its tmpfs, the job folder, the uid, the plan of :func:`process_plan` and the seccomp filter."""
+    plan = process_plan(iso.python, uid is not None, hidden)
+    return json.dumps({"size": str(tmp_bytes), "job": job_dir, "uid": "" if uid is None else str(uid), "plan": plan,
+                       "bpf": seccomp.filter_bytes().hex()}).encode()
+
+
+def process_argv(iso: Isolation, settings_fd: int) -> list[str]:
     """The command of process mode: ``unshare`` gives the driver PID, mount and IPC namespaces (it is PID 1: when
     it dies, every process the program started dies with it, setuid or not, in any session), its own ``/proc`` and
-    one ``tmp_bytes``-capped tmpfs for all it may write; the launcher makes the host read-only, covers the private
-    folders and ``hidden`` files and drops every capability (see ``_LAUNCHER``). Not root: a user namespace maps the
-    harness user to root inside."""
+    one size-capped tmpfs for all it may write; the launcher makes the host read-only, covers the private folders
+    and the data files and drops every capability (see ``_LAUNCHER``), reading its settings from ``settings_fd``
+    (:func:`process_settings`; no host path on its command line). Not root: a user namespace maps the harness user
+    to root inside."""
     unshare = shutil.which("unshare")
     if not unshare:
         raise ValueError("task.sandbox=process needs util-linux's unshare (PID and mount namespaces); install "
                          "util-linux or bubblewrap")
     user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
-    plan = process_plan(iso.python, uid is not None, hidden)
     return [*pdeathsig_prefix(), unshare, *user, "--fork", "--pid", "--mount-proc", "--kill-child", "--mount",
-            "--ipc", "--propagation", "private", iso.python, "-S", "-I", "-c", _LAUNCHER, str(tmp_bytes), job_dir,
-            "" if uid is None else str(uid), json.dumps(plan), seccomp.filter_bytes().hex(),
+            "--ipc", "--propagation", "private", iso.python, "-S", "-I", "-c", _LAUNCHER, str(settings_fd),
             f"{PROCESS_VIEW}/job/driver.py", f"{PROCESS_VIEW}/job/job.json"]

@@ -4,9 +4,10 @@ kill everything it started and remove its temporary directory.
 The parent keeps the expected outputs; the driver only reports what the program produced (see ``driver.py``). Every
 phase has a deadline measured here, outside the sandbox: startup (interpreter start: wall clock), compile (the
 program's module code) and each test (from the driver's ``start`` message to its ``result``): ``timeout_s`` of the
-sandbox's own CPU time, summed over every process in it, so that samples graded together cannot push each other
-into a timeout, with :data:`WALL_FACTOR` times as much wall time for a program that sleeps or waits. Past a deadline
-the whole sandbox is killed."""
+sandbox's own CPU time, summed over every process in it (its cgroup's clock, children the kernel reaped included;
+see :mod:`tasks.livecodebench.cgroup`), so that samples graded together cannot push each other into a timeout, with
+:data:`WALL_FACTOR` times as much wall time for a program that sleeps or waits. Past a deadline the whole sandbox is
+killed. The sandbox's stderr is a pipe (never a host file): its last bytes explain a sandbox that did not start."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ from tasks.livecodebench.isolation import (
     bwrap_argv,
     interpreter_sys_path,
     process_argv,
+    process_settings,
     release_uid,
     sandbox_env,
 )
@@ -55,7 +57,9 @@ LIMIT_RANGES = {  # knob: (lowest, highest) accepted; the upper bounds keep ever
 
 @dataclass(frozen=True)
 class Limits:
-    """Per-program limits. ``timeout_s`` is per test (LiveCodeBench: 6 s); memory is the address-space rlimit."""
+    """Per-program limits. ``timeout_s`` is per test (LiveCodeBench: 6 s); ``memory_mb`` is the address-space
+    rlimit of each process and, where the sandbox has a cgroup, the bound of the whole sandbox; ``nproc`` likewise
+    (plus the sandbox's own few tasks)."""
 
     timeout_s: float = 6.0
     memory_mb: int = 4096
@@ -138,7 +142,9 @@ def execute(iso: Isolation, kind: str, code: str, func_name: str | None, inputs:
             argv = [command[0], "--args", str(pass_fds[-1]), *command[1:]]
             cwd, env = root, sandbox_env(WORK_DIR, "/tmp")
         else:
-            argv = process_argv(iso, job_dir, tmp_bytes, uid, hidden)
+            Path(root, "launch.json").write_bytes(process_settings(iso, job_dir, tmp_bytes, uid, hidden))
+            pass_fds.append(os.open(os.path.join(root, "launch.json"), os.O_RDONLY))
+            argv = process_argv(iso, pass_fds[-1])
             cwd, env = root, sandbox_env(f"{PROCESS_VIEW}/work", "/tmp")
         try:
             proc = subprocess.Popen([*cgroup.entry_prefix(unit), *argv], cwd=cwd, env=env, stdin=subprocess.PIPE,
