@@ -225,7 +225,7 @@ def test_nothing_is_left_in_world_writable_host_folders(mode):
 def test_no_host_path_in_the_sandbox_command_lines(mode):
     """S14: bwrap's whole command line (the job folder, home, the project) used to show in ``/proc/1/cmdline``."""
     host = [os.path.join(tempfile.gettempdir(), "lcb-"), "--ro-bind", "--tmpfs"]
-    if not os.path.realpath(sys.executable).startswith(str(REPO)):  # the interpreter's own path may show
+    if not os.path.abspath(sys.executable).startswith(str(REPO)):  # the interpreter's own path may show
         host.append(str(REPO))
     code = ("import os\ntext = ''\nfor pid in os.listdir('/proc'):\n    if pid.isdigit():\n        try:\n"
             "            text += open(f'/proc/{pid}/cmdline').read()\n        except OSError:\n            pass\n"
