@@ -483,7 +483,7 @@ def _terminate(proc: subprocess.Popen, iso: Isolation, uid: int | None, unit: cg
             stream.close()
         except OSError:
             pass
-    if iso.mode == "process" and uid is not None:
+    if iso.mode == "process" and uid is not None and unit is None:  # a cgroup holds every process of the uid
         reap_uid(uid)
     deadline = time.monotonic() + 10
     for pid in tree[1:]:  # a process with much memory takes a moment to die
