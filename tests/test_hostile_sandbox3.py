@@ -153,6 +153,16 @@ def test_fd_2_is_never_a_host_file(mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_a_stderr_flood_is_cut_at_the_output_cap(mode):
+    """fd 2 being a pipe, the harness reads it as it comes, up to ``max_output_mb``; then the program's writes to
+    it fail (as on the capped file before), and nothing waits on a full pipe."""
+    code = ("import sys\nfor _ in range(64):\n    sys.stderr.write('x' * (1 << 20))\n    sys.stderr.flush()\n"
+            "print('done')")
+    verdict = grade(make_problem("flood", [("\n", "done\n")]), code, settings(mode, max_output_mb=2))
+    assert verdict.outcome == "runtime_error" and "Broken pipe" in verdict.error, verdict
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_the_data_file_and_caches_are_hidden(mode, monkeypatch, tmp_path):
     """S8: in process mode a program used to read the task's data file (pass@1 100%). Now the data file, the
     project and the download caches are covered in both modes."""
