@@ -297,3 +297,16 @@ def test_no_cgroup_is_said_once_and_the_sandbox_keeps_its_limits(monkeypatch, ca
         assert cgroup.entry_prefix(None)[-2:] == ["0", str(seccomp.syscall_number("keyctl") or 0)]
     finally:
         cgroup.base.cache_clear()
+
+
+def test_cgroups_a_killed_harness_left_are_removed():
+    """A harness killed with ``kill -9`` leaves its sandboxes' (empty) cgroups: the next one removes them."""
+    needs_cgroup()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    found = cgroup.base()
+    stale = [os.path.join(folder, f"lcb-{dead.pid}-0") for _, folder in found.dirs]
+    for folder in stale:
+        os.mkdir(folder)
+    cgroup._remove_stale(found)
+    assert not any(os.path.exists(folder) for folder in stale)

@@ -134,7 +134,27 @@ def base() -> Base | None:
     if found is None:
         log.warning("LiveCodeBench sandboxes run without a cgroup of their own (%s; %s): CPU time is summed over "
                     "each sandbox's live processes and memory is bounded per process only", why2, why1)
+    else:
+        _remove_stale(found)
     return found
+
+
+def _remove_stale(found: Base) -> None:
+    """Remove the sandbox cgroups a killed harness left (``lcb-<pid>-<n>`` of a pid no longer running: its
+    sandboxes died with it, so they are empty)."""
+    for _, folder in found.dirs:
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        for name in names:
+            parts = name.split("-")
+            if len(parts) == 3 and parts[0] == "lcb" and parts[1].isdigit() and not os.path.exists(
+                    f"/proc/{parts[1]}"):
+                try:
+                    os.rmdir(os.path.join(folder, name))
+                except OSError:
+                    pass
 
 
 @dataclass(frozen=True)
