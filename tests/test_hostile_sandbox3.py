@@ -153,13 +153,13 @@ def test_fd_2_is_never_a_host_file(mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_a_stderr_flood_is_cut_at_the_output_cap(mode):
-    """fd 2 being a pipe, the harness reads it as it comes, up to ``max_output_mb``; then the program's writes to
-    it fail (as on the capped file before), and nothing waits on a full pipe."""
+def test_a_stderr_flood_is_read_and_dropped(mode):
+    """fd 2 being a pipe, the harness reads it as it comes and keeps only its tail: 64 MiB of stderr neither block
+    the program nor reach a host file or the harness's memory, and (as with the official runner) the verdict."""
     code = ("import sys\nfor _ in range(64):\n    sys.stderr.write('x' * (1 << 20))\n    sys.stderr.flush()\n"
             "print('done')")
     verdict = grade(make_problem("flood", [("\n", "done\n")]), code, settings(mode, max_output_mb=2))
-    assert verdict.outcome == "runtime_error" and "Broken pipe" in verdict.error, verdict
+    assert verdict.outcome == "passed", verdict
 
 
 @pytest.mark.parametrize("mode", MODES)

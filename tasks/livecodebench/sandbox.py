@@ -173,16 +173,15 @@ def execute(iso: Isolation, kind: str, code: str, func_name: str | None, inputs:
 
 
 class _Tail:
-    """The last :data:`STDERR_TAIL` bytes a sandbox wrote to its stderr (a pipe: nothing of it reaches a host file;
-    read as it comes, up to ``max_output_mb``, then closed: further writes fail as on a full file)."""
+    """The last :data:`STDERR_TAIL` bytes a sandbox wrote to its stderr (a pipe: nothing of it reaches a host file or
+    the verdict, as with the official runner; read as it comes, so a program never waits on it, and only the tail is
+    kept)."""
 
     def __init__(self) -> None:
         self.data = bytearray()
-        self.total = 0
 
     def add(self, chunk: bytes) -> None:
         self.data += chunk
-        self.total += len(chunk)
         if len(self.data) > 2 * STDERR_TAIL:
             del self.data[:-STDERR_TAIL]
 
@@ -348,9 +347,8 @@ def _monitor(proc: subprocess.Popen, n_tests: int, limits: Limits, on_result: On
                 return end("timeout", f"no progress within the {phase} deadline")
             ready = sel.select(clock.wait(now))
             if err_fd is not None and any(key.fd == err_fd for key, _ in ready):
-                if not _read_stderr(err_fd, errors) or errors.total > max_output:
-                    sel.unregister(err_fd)  # closed, or more than an output's worth: its writes fail from now on
-                    proc.stderr.close()
+                if not _read_stderr(err_fd, errors):
+                    sel.unregister(err_fd)
                     err_fd = None
                 if not any(key.fd == fd for key, _ in ready):
                     continue
