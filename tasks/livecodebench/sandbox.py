@@ -6,9 +6,10 @@ test's input only once every public test has its result (a hidden input is never
 test runs); the driver only reports what the program produced (see ``driver.py``). Every
 phase has a deadline measured here, outside the sandbox: startup (interpreter start: wall clock), compile (the
 program's module code) and each test (from the driver's ``start`` message to its ``result``): ``timeout_s`` of the
-sandbox's own CPU time, summed over every process in it, so that samples graded together cannot push each other
-into a timeout, with :data:`WALL_FACTOR` times as much wall time for a program that sleeps or waits. Past a deadline
-the whole sandbox is killed."""
+sandbox's own CPU time, summed over every process in it (its cgroup's clock, children the kernel reaped included;
+see :mod:`tasks.livecodebench.cgroup`), so that samples graded together cannot push each other into a timeout, with
+:data:`WALL_FACTOR` times as much wall time for a program that sleeps or waits. Past a deadline the whole sandbox is
+killed. The sandbox's stderr is a pipe (never a host file): its last bytes explain a sandbox that did not start."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tasks.base import too_deep
-from tasks.livecodebench import seccomp
+from tasks.livecodebench import cgroup, seccomp
 from tasks.livecodebench.isolation import (
     PROCESS_VIEW,
     WORK_DIR,
@@ -36,6 +37,8 @@ from tasks.livecodebench.isolation import (
     bwrap_argv,
     interpreter_sys_path,
     process_argv,
+    process_settings,
+    release_uid,
     sandbox_env,
 )
 
@@ -56,7 +59,9 @@ LIMIT_RANGES = {  # knob: (lowest, highest) accepted; the upper bounds keep ever
 
 @dataclass(frozen=True)
 class Limits:
-    """Per-program limits. ``timeout_s`` is per test (LiveCodeBench: 6 s); memory is the address-space rlimit."""
+    """Per-program limits. ``timeout_s`` is per test (LiveCodeBench: 6 s); ``memory_mb`` is the address-space
+    rlimit of each process and, where the sandbox has a cgroup, the bound of the whole sandbox; ``nproc`` likewise
+    (plus the sandbox's own few tasks)."""
 
     timeout_s: float = 6.0
     memory_mb: int = 4096
@@ -111,8 +116,9 @@ def execute(iso: Isolation, kind: str, code: str, func_name: str | None, inputs:
     test has its result.
     Raises :class:`SandboxError` when the sandbox cannot start."""
     root = tempfile.mkdtemp(prefix="lcb-")
-    uid = iso.new_uid()
+    uid, unit = None, None
     try:
+        uid = iso.new_uid()
         os.chmod(root, 0o711)
         job_dir = os.path.join(root, "job")
         os.mkdir(job_dir, 0o700)
@@ -129,35 +135,77 @@ def execute(iso: Isolation, kind: str, code: str, func_name: str | None, inputs:
             json.dump(job, fh)
         biggest = max((len(x) for x in inputs), default=0)
         tmp_bytes = 2 * max_out + 4 * biggest + 64 * MiB  # everything the program may write, in total
-        pass_fds: tuple[int, ...] = ()
+        unit = cgroup.make_unit(limits.memory_mb * MiB, limits.nproc + cgroup.PIDS_OVERHEAD)
+        pass_fds: list[int] = []
         if iso.mode == "bwrap":
             bpf = seccomp.filter_bytes()
             if bpf:
                 Path(root, "seccomp.bpf").write_bytes(bpf)
-                pass_fds = (os.open(os.path.join(root, "seccomp.bpf"), os.O_RDONLY),)
-            argv = bwrap_argv(iso, job_dir, tmp_bytes, hidden, pass_fds[0] if pass_fds else None)
+                pass_fds.append(os.open(os.path.join(root, "seccomp.bpf"), os.O_RDONLY))
+            options, command = bwrap_argv(iso, job_dir, tmp_bytes, hidden, pass_fds[0] if pass_fds else None)
+            Path(root, "bwrap.args").write_bytes(b"".join(a.encode() + b"\0" for a in options))
+            pass_fds.append(os.open(os.path.join(root, "bwrap.args"), os.O_RDONLY))  # not in /proc/1/cmdline
+            argv = [command[0], "--args", str(pass_fds[-1]), *command[1:]]
             cwd, env = root, sandbox_env(WORK_DIR, "/tmp")
         else:
-            argv = process_argv(iso, job_dir, tmp_bytes, uid)
+            Path(root, "launch.json").write_bytes(process_settings(iso, job_dir, tmp_bytes, uid, hidden))
+            pass_fds.append(os.open(os.path.join(root, "launch.json"), os.O_RDONLY))
+            argv = process_argv(iso, pass_fds[-1])
             cwd, env = root, sandbox_env(f"{PROCESS_VIEW}/work", "/tmp")
         try:
-            with open(os.path.join(root, "stderr.log"), "wb") as err:
-                proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=err, start_new_session=True, close_fds=True, pass_fds=pass_fds)
+            proc = subprocess.Popen([*cgroup.entry_prefix(unit), *argv], cwd=cwd, env=env, stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                                    close_fds=True, pass_fds=tuple(pass_fds))
         finally:
             for fd in pass_fds:
                 os.close(fd)
         start = time.monotonic()
+        errors = _Tail()
         try:
-            result = _monitor(proc, inputs, n_public, limits, on_result, start)
+            result = _monitor(proc, inputs, n_public, limits, on_result, start, unit, errors)
+            if result.phase == "startup" and not proc.stderr.closed:
+                errors.drain(proc.stderr.fileno())
         finally:
-            _terminate(proc, iso, uid)
+            _terminate(proc, iso, uid, unit)
         if result.phase == "startup":
-            tail = Path(root, "stderr.log").read_bytes()[-2000:].decode("utf-8", "replace").strip()
+            tail = errors.data[-2000:].decode("utf-8", "replace").strip()
             raise SandboxError(f"the {iso.mode} sandbox did not start ({result.status}): {tail or result.error}")
         return result
     finally:
+        if unit is not None:
+            unit.remove()
+        release_uid(uid)
         _remove(root)
+
+
+class _Tail:
+    """The last :data:`STDERR_TAIL` bytes a sandbox wrote to its stderr (a pipe: nothing of it reaches a host file or
+    the verdict, as with the official runner; read as it comes, so a program never waits on it, and only the tail is
+    kept)."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+
+    def add(self, chunk: bytes) -> None:
+        self.data += chunk
+        if len(self.data) > 2 * STDERR_TAIL:
+            del self.data[:-STDERR_TAIL]
+
+    def drain(self, fd: int, most: int = 4 * MiB) -> None:
+        """Read what is left (the sandbox is gone: the pipe ends soon), at most ``most`` bytes."""
+        os.set_blocking(fd, False)
+        while most > 0:
+            try:
+                chunk = os.read(fd, MiB)
+            except (BlockingIOError, OSError):
+                return
+            if not chunk:
+                return
+            self.add(chunk)
+            most -= len(chunk)
+
+
+STDERR_TAIL = 64 * 1024
 
 
 PROBE_CODE = """import os, tempfile
@@ -260,11 +308,12 @@ _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 class _Clock:
-    """The budget of the current phase: ``budget`` CPU seconds on the sandbox's own clock (:func:`_tree_cpu`; other
-    samples' load cannot use it up), and :data:`WALL_FACTOR` times as much wall time for a program that waits."""
+    """The budget of the current phase: ``budget`` CPU seconds on the sandbox's own clock (its cgroup's, else
+    :func:`_tree_cpu`; other samples' load cannot use it up), and :data:`WALL_FACTOR` times as much wall time for a
+    program that waits."""
 
-    def __init__(self, pid: int) -> None:
-        self.pid, self.used = pid, 0.0
+    def __init__(self, pid: int, unit: cgroup.Unit | None = None) -> None:
+        self.pid, self.unit, self.used = pid, unit, 0.0
 
     def start(self, now: float, budget: float, cpu: bool = True) -> None:
         self.budget, self.cpu = budget, cpu
@@ -272,7 +321,8 @@ class _Clock:
         self.cpu_start = self.read() if cpu else 0.0
 
     def read(self) -> float:
-        self.used = max(self.used, _tree_cpu(self.pid))  # a process reaped between reads moves, never vanishes
+        now = self.unit.cpu_s() if self.unit is not None else _tree_cpu(self.pid)
+        self.used = max(self.used, now)  # a process reaped between reads moves, never vanishes
         return self.used
 
     def expired(self, now: float) -> bool:
@@ -283,11 +333,12 @@ class _Clock:
 
 
 def _monitor(proc: subprocess.Popen, inputs: list[str], n_public: int, limits: Limits, on_result: OnResult,
-             start: float) -> RunResult:
+             start: float, unit: cgroup.Unit | None = None, errors: _Tail | None = None) -> RunResult:
     """Stream the driver's result lines and feed it the tests' inputs (:func:`feed`; non-blocking: a driver that
-    stops reading cannot stall the deadlines). Linear in the bytes read (each byte is scanned for a
-    newline once), and bounded: a line longer than :func:`line_limit` ends the run as ``protocol_error``. Each phase
-    after startup has ``timeout_s`` of the sandbox's own CPU time (see :class:`_Clock`)."""
+    stops reading cannot stall the deadlines), and drain its stderr pipe into ``errors``. Linear in the bytes read
+    (each byte is scanned for a newline once), and bounded: a line longer than :func:`line_limit` ends the run as
+    ``protocol_error``. Each phase after startup has ``timeout_s`` of the sandbox's own CPU time (see
+    :class:`_Clock`)."""
     n_tests = len(inputs)
     fd = proc.stdout.fileno()
     os.set_blocking(fd, False)
@@ -297,7 +348,8 @@ def _monitor(proc: subprocess.Popen, inputs: list[str], n_public: int, limits: L
     max_output = limits.max_output_mb * MiB
     max_line = line_limit(max_output)
     phase, current, next_i = "startup", None, 0
-    clock = _Clock(proc.pid)
+    clock = _Clock(proc.pid, unit)
+    err_fd = proc.stderr.fileno() if errors is not None and proc.stderr is not None else None
     clock.start(start, limits.startup_s, cpu=False)
     buf = bytearray()
     scanned = 0  # buf[:scanned] holds no newline
@@ -336,14 +388,21 @@ def _monitor(proc: subprocess.Popen, inputs: list[str], n_public: int, limits: L
 
     with selectors.DefaultSelector() as sel:
         sel.register(fd, selectors.EVENT_READ)
+        if err_fd is not None:
+            os.set_blocking(err_fd, False)
+            sel.register(err_fd, selectors.EVENT_READ)
         while True:
             now = time.monotonic()
             if clock.expired(now):
                 return end("timeout", f"no progress within the {phase} deadline")
-            events = sel.select(clock.wait(now))
-            if pending and any(key.fd == in_fd for key, _ in events):
+            ready = sel.select(clock.wait(now))
+            if pending and any(key.fd == in_fd for key, _ in ready):
                 write()
-            if not any(key.fd == fd for key, _ in events):
+            if err_fd is not None and any(key.fd == err_fd for key, _ in ready):
+                if not _read_stderr(err_fd, errors):
+                    sel.unregister(err_fd)
+                    err_fd = None
+            if not any(key.fd == fd for key, _ in ready):
                 continue
             try:
                 if raw is not None:  # straight into the output's own buffer: held once, never copied
@@ -421,6 +480,18 @@ def _monitor(proc: subprocess.Popen, inputs: list[str], n_public: int, limits: L
                 return end("protocol_error", "result message too long")
 
 
+def _read_stderr(fd: int, errors: _Tail) -> bool:
+    """Read what the sandbox wrote to stderr into ``errors``; False once the pipe is closed."""
+    try:
+        chunk = os.read(fd, MiB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    errors.add(chunk)
+    return bool(chunk)
+
+
 def _exit_reason(proc: subprocess.Popen) -> str:
     try:
         code = proc.wait(timeout=2)
@@ -446,11 +517,14 @@ def _children(pid: int) -> list[int]:
         return []
 
 
-def _terminate(proc: subprocess.Popen, iso: Isolation, uid: int | None) -> None:
-    """Kill whatever the run left. bwrap: killing its PID-namespace init takes every process inside with it, and
-    bwrap exits only once they are gone. process: the process group (its PID 1 with it: the kernel then kills the
-    rest of the namespace), then every process of the fresh uid. Returns once every process of the tree is gone."""
+def _terminate(proc: subprocess.Popen, iso: Isolation, uid: int | None, unit: cgroup.Unit | None = None) -> None:
+    """Kill whatever the run left. With a cgroup: every task in it. bwrap: killing its PID-namespace init takes
+    every process inside with it, and bwrap exits only once they are gone. process: the process group (its PID 1
+    with it: the kernel then kills the rest of the namespace), then every process of the fresh uid. Returns once
+    every process of the tree is gone."""
     tree = _tree(proc.pid) if proc.poll() is None else []
+    if unit is not None:
+        unit.kill()
     if iso.mode == "bwrap" and proc.poll() is None:
         for child in _children(proc.pid):
             _kill(child, lambda p: os.kill(p, signal.SIGKILL))
@@ -460,12 +534,12 @@ def _terminate(proc: subprocess.Popen, iso: Isolation, uid: int | None) -> None:
             log.warning("bwrap did not exit after its sandbox was killed; killing its process group")
     _kill(proc.pid, lambda p: os.killpg(p, signal.SIGKILL))
     proc.wait()
-    for stream in (proc.stdin, proc.stdout):
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
         try:
             stream.close()
         except OSError:
             pass
-    if iso.mode == "process" and uid is not None:
+    if iso.mode == "process" and uid is not None and unit is None:  # a cgroup holds every process of the uid
         reap_uid(uid)
     deadline = time.monotonic() + 10
     for pid in tree[1:]:  # a process with much memory takes a moment to die
