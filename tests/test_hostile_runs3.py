@@ -149,6 +149,15 @@ def test_a_corrupt_meta_json_is_one_line_naming_it(tmp_path, content):
     assert f"{out / 'meta.json'} is not a JSON object" in one_line_error(err)
 
 
+def test_a_meta_json_that_is_not_an_object_with_no_rows_beside_it_is_replaced(tmp_path):
+    """R6: ``meta.json`` holding ``[1]`` (no rows to resume) ended in ``AttributeError: 'list' object ...``."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "meta.json").write_text("[1]")
+    out = run(compose_cfg(replay_args(tmp_path)), run_dir)
+    assert json.loads((out / "meta.json").read_text())["status"] == "complete"
+
+
 def test_overwrite_takes_the_old_headline_away_before_anything_else(tmp_path, monkeypatch):
     """R3: ``overwrite=true`` kept ``results.json``; a re-run killed early left the old scores beside no rows."""
     import evals.runner
