@@ -10,7 +10,7 @@ task shares (``task.source``, ``task.path``, ``task.limit``) are read by :mod:`t
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -221,11 +221,9 @@ def iter_jsonl(path: str | Path, field: str = "task.path",
     limit = MAX_LINE_BYTES if max_line_bytes is None else max_line_bytes
     with path.open("rb") as fh:
         lineno = 0
-        while raw := fh.readline(limit + 1):
+        while raw := _read_line(fh, limit, lambda: f"{field}: {path} line {lineno + 1}"):
             lineno += 1
             where = f"{field}: {path} line {lineno}"
-            if len(raw) > limit and raw[-1:] != b"\n":
-                raise ValueError(f"{where}: longer than {_size(limit)} (a line of this file is at most that)")
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
@@ -236,6 +234,22 @@ def iter_jsonl(path: str | Path, field: str = "task.path",
             if not isinstance(record, dict):
                 raise ValueError(f"{where}: not a JSON object")
             yield lineno, record
+
+
+READ_CHUNK = 1 << 20
+
+
+def _read_line(fh: Any, limit: int, where: Callable[[], str]) -> bytearray:
+    """The next line of a binary file (empty at the end), read 1 MiB at a time into one growing buffer, so that
+    memory stays near the line's length; ``ValueError`` naming ``where()`` as soon as it passes ``limit`` bytes."""
+    buf = bytearray()
+    while piece := fh.readline(min(READ_CHUNK, limit + 1 - len(buf))):
+        buf += piece
+        if piece.endswith(b"\n"):
+            break
+        if len(buf) > limit:
+            raise ValueError(f"{where()}: longer than {_size(limit)} (a line of this file is at most that)")
+    return buf
 
 
 def _size(n: int) -> str:
