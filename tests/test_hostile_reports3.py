@@ -34,16 +34,17 @@ def digest(root) -> dict[str, str]:
     return {name: hashlib.sha256((root / name).read_bytes()).hexdigest() for name in REPORT_FILES}
 
 
-@pytest.mark.parametrize("name", [*REPORT_FILES, "plots/frontier__needle__m.png"])
-def test_a_link_planted_at_an_output_is_replaced_never_written_through(tree, tmp_path, name, capsys):
+def test_links_planted_at_the_outputs_are_replaced_never_written_through(tree, tmp_path):
     """C1: ``report.md`` planted as a link to a victim had the victim overwritten."""
-    victim = tmp_path / "victim.txt"
-    victim.write_bytes(b"precious")
-    (tree / name).parent.mkdir(exist_ok=True)
-    (tree / name).symlink_to(victim)
+    names = [*REPORT_FILES, "plots/frontier__needle__m.png"]
+    (tree / "plots").mkdir()
+    for i, name in enumerate(names):
+        (tmp_path / f"victim{i}").write_bytes(b"precious")
+        (tree / name).symlink_to(tmp_path / f"victim{i}")
     assert main([str(tree)]) == 0
-    assert victim.read_bytes() == b"precious"
-    assert not (tree / name).is_symlink() and (tree / name).stat().st_size > 0
+    for i, name in enumerate(names):
+        assert (tmp_path / f"victim{i}").read_bytes() == b"precious"
+        assert not (tree / name).is_symlink() and (tree / name).stat().st_size > 0
     assert not [p for p in tree.rglob(".*.tmp")]
 
 
@@ -81,22 +82,27 @@ def test_a_fifo_named_summary_csv_is_skipped_not_waited_on(tree, caplog):
     assert caplog.messages == [f"{tree / 'pipe' / 'summary.csv'}: skipped (a FIFO, not a regular file)"]
 
 
-@pytest.mark.parametrize("make, reason", [
-    (lambda p: p.mkdir(), "a folder, not a regular file"),  # C3
-    (lambda p: p.write_bytes(b""), "empty"),  # C4
-    (lambda p: p.write_bytes(b"\n \n"), "empty"),
-    (lambda p: p.write_bytes(b"a,b\n1,2\n"), "no column model, task, method, metric, value"),
-    (lambda p: p.write_bytes(b'model,task\n"m,x\n'), "not a CSV table"),
-    (lambda p: p.write_bytes(b"model,task,method,metric,value\n"), "no rows"),
-])
-def test_a_bad_summary_csv_is_skipped_with_one_line_naming_it(tree, caplog, make, reason):
+BAD = {  # folder -> (how its summary.csv is made, the reason the report gives)
+    "folder": (lambda p: p.mkdir(), "a folder, not a regular file"),  # C3
+    "empty": (lambda p: p.write_bytes(b""), "empty"),  # C4
+    "blank": (lambda p: p.write_bytes(b"\n \n"), "empty"),
+    "columns": (lambda p: p.write_bytes(b"a,b\n1,2\n"), "no column model, task, method, metric, value"),
+    "quote": (lambda p: p.write_bytes(b'model,task\n"m,x\n'), "not a CSV table: "),
+    "header": (lambda p: p.write_bytes(b"model,task,method,metric,value\n"), "no rows"),
+}
+
+
+def test_bad_summary_csv_entries_are_skipped_with_one_line_naming_each(tree, caplog):
     """C3: a folder named ``summary.csv`` gave a traceback; C4: one empty ``summary.csv`` refused the whole report
     without naming it."""
-    (tree / "bad").mkdir()
-    make(tree / "bad" / "summary.csv")
+    for folder, (make, _) in BAD.items():
+        (tree / folder).mkdir()
+        make(tree / folder / "summary.csv")
     assert main([str(tree)]) == 0
-    (line,) = [m for m in caplog.messages if "skipped" in m]
-    assert line.startswith(f"{tree / 'bad' / 'summary.csv'}: skipped ({reason}") and "\n" not in line, line
+    lines = sorted(m for m in caplog.messages if "skipped" in m)
+    assert len(lines) == len(BAD), lines
+    for line, (folder, (_, reason)) in zip(lines, sorted(BAD.items())):
+        assert line.startswith(f"{tree / folder / 'summary.csv'}: skipped ({reason}") and "\n" not in line, line
     assert "2 runs" in (tree / "report.md").read_text()
 
 
@@ -138,7 +144,10 @@ def test_a_disk_filling_up_midway_keeps_the_earlier_report_whole(tree, capsys, m
     assert not [p for p in tree.rglob(".*.tmp")]
 
 
-@pytest.mark.parametrize("options, fill", [("ro", False), ("rw", True)])
+@pytest.mark.parametrize("options, fill", [
+    ("ro", False),
+    pytest.param("rw", True, marks=pytest.mark.slow),  # also covered, fast: test_a_disk_filling_up_midway...
+])
 def test_read_only_and_full_disks_are_one_line_and_the_old_report_stays(tree, tmp_path, options, fill):
     """C5 on a real file system: a private tmpfs holding the report, remounted read-only or filled up."""
     if shutil.which("unshare") is None:
