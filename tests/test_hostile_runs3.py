@@ -110,6 +110,18 @@ def test_samples_jsonl_is_read_with_the_same_bound(tmp_path, monkeypatch):
     assert f"samples.jsonl: {path} line 1: longer than 1000 bytes" in one_line_error(err)
 
 
+def test_a_replayed_file_is_read_with_the_same_bound(tmp_path, monkeypatch):
+    from evals.backends.replay import read_completions
+
+    monkeypatch.setattr(tasks.base, "MAX_LINE_BYTES", 1000)
+    path = tmp_path / "c.jsonl"
+    path.write_text(json.dumps({"item_id": "a", "completion": "ok"}) + "\n"
+                    + json.dumps({"item_id": "b", "completion": "x" * 2000}) + "\n")
+    with pytest.raises(ValueError) as err:
+        read_completions(path)
+    assert f"backend.path: {path} line 2: longer than 1000 bytes" in one_line_error(err)
+
+
 # --- what a run resumes -------------------------------------------------------------------------------------------
 
 def test_rows_without_meta_json_are_never_resumed(tmp_path):
