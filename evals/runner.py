@@ -257,8 +257,8 @@ def run(cfg: DictConfig, run_dir: Path | None = None) -> Path:
 
 def _complete(p: RunPlan) -> bool:
     """Whether the run directory already holds this identity's finished results (``meta.json`` complete)."""
-    meta = read_meta(p.run_dir / META)
-    if meta is None or not (meta.get("status") == "complete" and meta.get("fingerprint") == p.fingerprint
+    meta = read_meta(p.run_dir / META) or {}
+    if not (meta.get("status") == "complete" and meta.get("fingerprint") == p.fingerprint
             and (p.run_dir / SUMMARY).is_file() and (p.run_dir / SAMPLES).is_file()):
         return False
     with open(p.run_dir / SAMPLES, "rb") as fh:  # rows lost since (a file cut by hand or restored): resume them
