@@ -10,7 +10,7 @@ task shares (``task.source``, ``task.path``, ``task.limit``) are read by :mod:`t
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -221,9 +221,11 @@ def iter_jsonl(path: str | Path, field: str = "task.path",
     limit = MAX_LINE_BYTES if max_line_bytes is None else max_line_bytes
     with path.open("rb") as fh:
         lineno = 0
-        while raw := _read_line(fh, limit, lambda: f"{field}: {path} line {lineno + 1}"):
+        while raw := _read_line(fh, limit):
             lineno += 1
             where = f"{field}: {path} line {lineno}"
+            if raw is TOO_LONG:
+                raise ValueError(f"{where}: longer than {_size(limit)} (a line of this file is at most that)")
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
@@ -239,17 +241,24 @@ def iter_jsonl(path: str | Path, field: str = "task.path",
 READ_CHUNK = 1 << 20
 
 
-def _read_line(fh: Any, limit: int, where: Callable[[], str]) -> bytearray:
+TOO_LONG = b"too long"  # returned by identity: no line read from a file is this object
+
+
+def _read_line(fh: Any, limit: int) -> bytes | bytearray:
     """The next line of a binary file (empty at the end), read 1 MiB at a time into one growing buffer, so that
-    memory stays near the line's length; ``ValueError`` naming ``where()`` as soon as it passes ``limit`` bytes."""
-    buf = bytearray()
-    while piece := fh.readline(min(READ_CHUNK, limit + 1 - len(buf))):
-        buf += piece
-        if piece.endswith(b"\n"):
-            break
+    memory stays near the line's length; :data:`TOO_LONG` as soon as it passes ``limit`` bytes."""
+    want = min(READ_CHUNK, limit + 1)
+    piece = fh.readline(want)
+    if piece.endswith(b"\n") or len(piece) < want:  # the usual case: a whole line (or the end) in one read
+        return piece
+    buf = bytearray(piece)
+    while True:
         if len(buf) > limit:
-            raise ValueError(f"{where()}: longer than {_size(limit)} (a line of this file is at most that)")
-    return buf
+            return TOO_LONG
+        piece = fh.readline(min(READ_CHUNK, limit + 1 - len(buf)))
+        buf += piece
+        if not piece or piece.endswith(b"\n"):
+            return buf
 
 
 def _size(n: int) -> str:

@@ -101,6 +101,17 @@ def test_a_huge_line_in_a_task_file_is_refused_after_reading_at_most_the_bound(t
     assert peak < 8 << 20, peak
 
 
+def test_the_bound_is_exact_and_long_lines_under_it_are_read_whole(tmp_path, monkeypatch):
+    monkeypatch.setattr(tasks.base, "READ_CHUNK", 7)  # many pieces per line
+    record = json.dumps({"k": "v" * 40})  # 51 bytes
+    path = tmp_path / "f.jsonl"
+    path.write_text(record + "\n" + record)  # the last line without its newline
+    assert [r for _, r in iter_jsonl(path, max_line_bytes=len(record))] == [{"k": "v" * 40}] * 2
+    path.write_text(record + "\n" + record + " \n")
+    with pytest.raises(ValueError, match=rf"line 2: longer than {len(record)} bytes"):
+        list(iter_jsonl(path, max_line_bytes=len(record)))
+
+
 def test_samples_jsonl_is_read_with_the_same_bound(tmp_path, monkeypatch):
     monkeypatch.setattr(tasks.base, "MAX_LINE_BYTES", 1000)
     path = tmp_path / "samples.jsonl"
