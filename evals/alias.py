@@ -12,7 +12,6 @@ the same tokens, and no time was spent here) and say where they come from in ``s
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +20,7 @@ from typing import Any
 from evals.identity import fingerprint, sampler_of
 from evals.prompts import prompt_record
 from evals.rows import read_rows
-from evals.rundir import META, SAMPLES
+from evals.rundir import META, SAMPLES, read_meta
 from snapstream_core.methods import knob_names
 from snapstream_core.methods.none import NoCompression
 from tasks.base import Prompt
@@ -56,14 +55,11 @@ def none_run_dir(run_dir: str, tag: str, fp: str) -> Path:
 def _complete_rows(run_dir: Path, fp: str) -> dict[tuple[str, int], dict[str, Any]] | None:
     """The rows of a complete run of fingerprint ``fp`` in ``run_dir``, or None (absent, running, another identity,
     rows lost)."""
-    try:
-        meta = json.loads((run_dir / META).read_text())
-    except (OSError, ValueError):
-        return None
-    if meta.get("status") != "complete" or meta.get("fingerprint") != fp or meta.get("same_as"):
+    meta = read_meta(run_dir / META)
+    if meta is None or meta.get("status") != "complete" or meta.get("fingerprint") != fp or meta.get("same_as"):
         return None
     try:
-        rows = read_rows(run_dir / SAMPLES)
+        rows = read_rows(run_dir / SAMPLES, fp)  # every row that run's own
     except ValueError:
         return None
     if len(rows) != meta.get("n_rows"):

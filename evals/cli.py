@@ -16,6 +16,7 @@ from pathlib import Path
 CONF = Path(__file__).resolve().parent.parent / "conf"
 GROUPS = ("model", "task", "compression", "backend", "gen", "experiment", "hydra/launcher")
 MAX_LISTED = 20  # bad combinations printed (then a count)
+MAX_NESTING = 32  # brackets of one override's value: far above any real list or dict, far below Python's recursion
 _PLANNED: list[int] = []  # jobs of the command line checked by precheck (read by evals.progress)
 
 
@@ -56,8 +57,13 @@ def expand(args: list[str], multirun: bool) -> list[list[str]]:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
+    given = [a for a in args if not a.startswith("-")]
+    for arg in given:
+        check_nesting(arg)
     try:
-        overrides = parser.parse_overrides([a for a in args if not a.startswith("-")])
+        overrides = parser.parse_overrides(given)
+    except RecursionError:
+        raise UserError(f"overrides: nested too deeply to parse (at most {MAX_NESTING} levels)") from None
     except Exception as exc:  # OverrideParseException
         raise UserError(_one_line(exc)) from None
     lists: dict[str, list[str]] = {}  # keyed as BasicSweeper.split_arguments: a later value of a key replaces it
@@ -79,6 +85,26 @@ def expand(args: list[str], multirun: bool) -> list[list[str]]:
     return [list(c) for c in itertools.product(*lists.values())]
 
 
+def check_nesting(arg: str) -> None:
+    """Refuse an override whose value nests brackets (``[``, ``{``, ``(`` outside quotes) deeper than
+    :data:`MAX_NESTING` (one line naming the key), before Hydra's parser or OmegaConf recurse into it."""
+    depth = deepest = 0
+    quote = None
+    for ch in arg:
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "[{(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]})":
+            depth -= 1
+    if deepest > MAX_NESTING:
+        key = arg.split("=", 1)[0].lstrip("+~")
+        raise UserError(f"{key}: value nested {deepest} levels deep; at most {MAX_NESTING}")
+
+
 def check_combination(overrides: list[str]) -> None:
     """Compose one job's config and run every check that needs no data and no weights."""
     from hydra import compose
@@ -91,6 +117,9 @@ def check_combination(overrides: list[str]) -> None:
         cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
     except Exception as exc:  # hydra's ConfigCompositionException / MissingConfigException
         raise UserError(_one_line(exc)) from None
+    if cfg.hydra.job.get("chdir"):
+        raise UserError("hydra.job.chdir: true is not supported: the run reads and writes relative paths (task.path, "
+                        "backend.path, out_root, run_dir) from the folder it is started in; drop the override")
     try:
         out_dir = str(cfg.hydra.run.dir)  # where Hydra itself will write first (its log, the run's folder)
     except Exception:  # an interpolation that resolves only inside a running job

@@ -15,11 +15,11 @@ import math
 from pathlib import Path
 from typing import Any
 
+from evals.rundir import RESULTS
 from evals.stats import SMALL_N
 
 log = logging.getLogger(__name__)
 
-RESULTS = "results.json"
 MIB = 1024 * 1024
 
 

@@ -11,8 +11,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from evals.text import repair_surrogates
 from snapstream_core.methods import knob_names
-from tasks.base import iter_jsonl
+from tasks.base import MAX_LINE_BYTES, iter_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -35,17 +36,21 @@ LONG_TEXT_COLUMNS = ("completion", "completions", "prompt")
 class RowWriter:
     """Appends one JSON line per row to ``samples.jsonl``, flushed and fsynced as written.
 
+    Every row goes through here, so every row is readable back by :func:`read_rows`: lone UTF-16 surrogates (a
+    program's ``raise ValueError(chr(0xD800))``, a broken decode), which UTF-8 cannot hold, become U+FFFD in keys
+    and values; a line longer than :data:`~tasks.base.MAX_LINE_BYTES` has its longest texts cut, with a note.
     A line is written with a single ``write`` call; on open, a torn last line (a run killed mid-write) is cut off so
     that the file holds only whole rows.
     """
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, max_line_bytes: int | None = None):
         self.path = path
+        self.max_line_bytes = MAX_LINE_BYTES if max_line_bytes is None else max_line_bytes
         repair_tail(path)
-        self._fh = path.open("a", encoding="utf-8")
+        self._fh = path.open("ab")
 
     def write(self, row: dict[str, Any]) -> None:
-        self._fh.write(json.dumps(row, ensure_ascii=False, default=_jsonable) + "\n")
+        self._fh.write(row_line(row, self.max_line_bytes, where=str(self.path)))
         self._fh.flush()
         os.fsync(self._fh.fileno())
 
@@ -57,6 +62,45 @@ class RowWriter:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+CUT_NOTE = " [cut: {n} characters; a row line holds at most {limit} bytes]"
+
+
+def row_line(row: dict[str, Any], limit: int = MAX_LINE_BYTES, where: str = "samples.jsonl") -> bytes:
+    """One row as a UTF-8 JSON line of at most ``limit`` bytes (newline included), surrogates repaired.
+
+    When the line is longer, the longest top-level strings (the completion, a grader's message) are cut, each
+    ending in a note saying how long it was, and a warning names them; a row that still does not fit (its other
+    fields alone) raises ``ValueError`` naming ``where``."""
+    line = _encode(row)
+    cut: list[str] = []
+    while len(line) > limit:
+        texts = [k for k, v in row.items() if isinstance(v, str) and k not in cut]
+        if not texts:
+            raise ValueError(f"{where}: a row of {len(line)} bytes does not fit the {limit}-byte line limit "
+                             f"(item_id={_brief(row.get('item_id'))})")
+        key = max(texts, key=lambda k: len(row[k]))
+        text = row[key]
+        note = CUT_NOTE.format(n=len(text), limit=limit)
+        row = {**row, key: text[: max(0, len(text) - (len(line) - limit) - len(note))] + note}
+        cut.append(key)
+        line = _encode(row)
+    if cut:
+        log.warning("%s: item_id=%s sample_idx=%s: %s cut to fit a %d-byte line", where, row.get("item_id"),
+                    row.get("sample_idx"), ", ".join(cut), limit)
+    return line
+
+
+def _encode(row: dict[str, Any]) -> bytes:
+    """The JSON line of ``row`` in UTF-8; lone surrogates anywhere in it (keys, values, tuples, ``str()`` of other
+    objects) become U+FFFD, as :func:`evals.text.repair_surrogates` does (JSON's syntax is ASCII, so repairing the
+    line repairs each string)."""
+    text = json.dumps(row, ensure_ascii=False, default=_jsonable) + "\n"
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return repair_surrogates(text).encode("utf-8")
 
 
 def _jsonable(value: Any) -> Any:
@@ -110,12 +154,13 @@ def repair_tail(path: Path) -> None:
         fh.truncate(keep)
 
 
-def read_rows(path: Path) -> list[dict[str, Any]]:
+def read_rows(path: Path, fingerprint: str | None = None) -> list[dict[str, Any]]:
     """All rows of a ``samples.jsonl`` (none if it does not exist), after cutting a torn tail.
 
     Every row must be a JSON object with an ``item_id`` (string or integer), an integer ``sample_idx``, numbers or
     nulls in the measured columns, and the same ``task``/``model``/``method`` as the first row (rows of another run
-    are refused, never counted). Raises ``ValueError`` naming the file and line, in one line.
+    are refused, never counted); with ``fingerprint`` (a resume), every row must carry exactly that ``fingerprint``.
+    Raises ``ValueError`` naming the file and line, in one line.
     """
     if not path.is_file():
         return []
@@ -132,6 +177,10 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
             raise ValueError(f"{where}: not a row of this harness (sample_idx must be an integer >= 0, "
                              f"got {_brief(idx)})")
         check_measured(rec, where)
+        if fingerprint is not None and rec.get("fingerprint") != fingerprint:
+            raise ValueError(f"{where}: a row of another configuration (fingerprint {_brief(rec.get('fingerprint'))}"
+                             f", this run's is {fingerprint}); pass overwrite=true to start afresh or choose another "
+                             "hydra.run.dir")
         ident = {k: rec.get(k) for k in IDENTITY_COLUMNS}
         if reference is None:
             reference = ident

@@ -22,7 +22,8 @@ SAMPLES_CSV = "samples.csv"
 SUMMARY = "summary.csv"
 META = "meta.json"
 LOCK = ".lock"
-RESULT_FILES = (SAMPLES, SAMPLES_CSV, SUMMARY, META, "resolved_config.yaml", "prompts.jsonl.gz")
+RESULTS = "results.json"  # the headline (evals.headline)
+RESULT_FILES = (SAMPLES, SAMPLES_CSV, SUMMARY, META, RESULTS, "resolved_config.yaml", "prompts.jsonl.gz")
 log = logging.getLogger(__name__)
 PACKAGES = ("torch", "transformers", "hydra-core", "datasets", "pandas", "math-verify", "lm_eval", "snapstream-harness")
 
@@ -101,11 +102,23 @@ def os_error_line(exc: OSError, where: object = "(results)") -> str:
 
 
 def check_resumable(run_dir: Path, fp: str, identity: dict[str, Any]) -> None:
-    """Refuse to mix rows of different configurations in one directory."""
+    """Refuse to mix rows of different configurations in one directory: rows whose configuration cannot be known
+    (a ``samples.jsonl`` without ``meta.json``, or with one that is not a JSON object) or differs from this run's
+    are never resumed (one line; ``overwrite=true`` starts afresh). The rows' own fingerprints are checked as they
+    are read (:func:`evals.rows.read_rows`)."""
     meta_path = run_dir / META
-    if not (run_dir / SAMPLES).exists() or not meta_path.is_file():
+    if not (run_dir / SAMPLES).exists():
         return
-    old = json.loads(meta_path.read_text())
+    fresh = "pass overwrite=true to start afresh or choose another hydra.run.dir"
+    if not meta_path.is_file():
+        if (run_dir / SAMPLES).stat().st_size == 0:
+            return  # an empty file: nothing to resume, nothing to mix
+        raise ValueError(f"hydra.run.dir: {run_dir / SAMPLES} has no {META} beside it, so its rows' configuration "
+                         f"is unknown and they are not resumed; {fresh}")
+    old = read_meta(meta_path)
+    if old is None:
+        raise ValueError(f"hydra.run.dir: {meta_path} is not a JSON object (damaged or cut), so the rows beside it "
+                         f"are not resumed; {fresh}")
     if old.get("fingerprint") == fp:
         return
     old_id = old.get("identity", {})
@@ -114,6 +127,15 @@ def check_resumable(run_dir: Path, fp: str, identity: dict[str, Any]) -> None:
         f"hydra.run.dir: {run_dir} holds results of another configuration (differs in: {', '.join(diff[:5])}); "
         "pass overwrite=true to start afresh or choose another hydra.run.dir"
     )
+
+
+def read_meta(path: Path) -> dict[str, Any] | None:
+    """A run's ``meta.json`` as a dict; None when it cannot be read or is not a JSON object."""
+    try:
+        meta = json.loads(path.read_bytes())
+    except (OSError, ValueError, RecursionError):
+        return None
+    return meta if isinstance(meta, dict) else None
 
 
 def _diff_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
@@ -126,7 +148,8 @@ def _diff_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
 
 
 def clear_results(run_dir: Path) -> None:
-    """``overwrite=true``: remove the result files (Hydra's own ``.hydra/`` of this invocation stays)."""
+    """``overwrite=true``: remove the result files, the headline ``results.json`` included, before anything else is
+    written (a re-run killed early never leaves the old scores beside no rows); ``.hydra/`` stays."""
     for name in RESULT_FILES:
         (run_dir / name).unlink(missing_ok=True)
     shutil.rmtree(run_dir / "plots", ignore_errors=True)

@@ -26,6 +26,7 @@ from evals.prompts import PROMPTS, PromptStore, prompt_record
 from evals.rows import RowWriter, done_keys, read_rows, tidy
 from evals.rundir import (
     META,
+    RESULTS,
     SAMPLES,
     SAMPLES_CSV,
     SUMMARY,
@@ -35,6 +36,7 @@ from evals.rundir import (
     git_commit,
     git_dirty,
     now,
+    read_meta,
     refuse_symlinks,
     remove_if_empty,
     run_lock,
@@ -245,20 +247,17 @@ def run(cfg: DictConfig, run_dir: Path | None = None) -> Path:
         except Exception:
             remove_if_empty(p.run_dir)
             raise
-        write_hydra_files(p.run_dir, cfg)  # accepted: only now is the job's record written
-        if _complete(p):  # nothing left to do: no backend is built, no weights load
+        if _complete(p):  # nothing left to do: no backend is built, no weights load, the record is left as it is
             log.info("nothing to do: %s is complete (overwrite=true starts afresh)", p.run_dir)
             show_headline(p.run_dir)
             return p.run_dir
+        write_hydra_files(p.run_dir, cfg)  # accepted, with work to do: only now is the job's record written
         return _run_locked(cfg, p, replay)
 
 
 def _complete(p: RunPlan) -> bool:
     """Whether the run directory already holds this identity's finished results (``meta.json`` complete)."""
-    try:
-        meta = json.loads((p.run_dir / META).read_text())
-    except (OSError, ValueError):
-        return False
+    meta = read_meta(p.run_dir / META) or {}
     if not (meta.get("status") == "complete" and meta.get("fingerprint") == p.fingerprint
             and (p.run_dir / SUMMARY).is_file() and (p.run_dir / SAMPLES).is_file()):
         return False
@@ -289,12 +288,13 @@ def _run_locked(cfg: DictConfig, p: RunPlan, replay) -> Path:
         "device": device_info(torch_info=backend_traits(cfg.backend.name).loads_weights),
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
+    (p.run_dir / RESULTS).unlink(missing_ok=True)  # a headline of earlier rows never stands beside a running run
     write_atomic(p.run_dir / META, json.dumps(meta, indent=2, default=str))
     write_atomic(p.run_dir / "resolved_config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     meta.update(_generate_and_score(cfg, p, p.items, replay))
     from evals.summary import summarize  # numpy + pandas: not needed to check a config
 
-    rows = read_rows(p.run_dir / SAMPLES)
+    rows = read_rows(p.run_dir / SAMPLES, p.fingerprint)
     df = tidy(rows)
     write_atomic(p.run_dir / SAMPLES_CSV, df.to_csv(index=False))
     summary = summarize(p.task, df, cfg, p.method)
@@ -310,7 +310,7 @@ def _generate_and_score(cfg: DictConfig, p: RunPlan, items: list, replay=None) -
     """Generate and score what is missing, writing each sample's row as soon as it is scored; returns what the
     backend reports for ``meta.json``."""
     samples_path = p.run_dir / SAMPLES
-    done = done_keys(read_rows(samples_path))
+    done = done_keys(read_rows(samples_path, p.fingerprint))  # every resumed row is this configuration's
     if backend_traits(cfg.backend.name).loads_weights and (copied := _copy_if_same(cfg, p, items, done)) is not None:
         return copied
     backend = replay or make_backend(cfg, p.method, p.sampling, rows=p.rows)

@@ -24,6 +24,7 @@ MAX_SAMPLES = 10_000  # gen.n_samples: completions per item (R1's protocol uses 
 BOOLEANS = ("overwrite", "backend.partial", "model.thinking")
 INTEGERS = {"gen.max_new_tokens": 1, "gen.top_k": 0, "gen.n_samples": 1, "gen.seed": None, "log_every": 0}
 NUMBERS = ("gen.temperature", "gen.top_p")
+POSITIVE = ("plan.memory_gib",)  # finite numbers > 0
 
 
 @functools.lru_cache(maxsize=None)
@@ -75,6 +76,11 @@ def check_values(container: dict[str, Any]) -> None:
         found, value = _get(container, name)
         if found and (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)):
             raise ValueError(f"{name}: expected a finite number, got {value!r}")
+    for name in POSITIVE:
+        found, value = _get(container, name)
+        if found and (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+                      or value <= 0):
+            raise ValueError(f"{name}: expected a finite number > 0, got {value!r}")
 
 
 def check_keys(container: dict[str, Any]) -> None:

@@ -171,20 +171,61 @@ def read_records(path: str | Path, field: str = "task.path") -> list[dict[str, A
             raise ValueError(f"{exc}" + (f" (line {lineno})" if lineno else "")) from None
         if not isinstance(data, list):
             raise ValueError(f"{field}: {path} must hold a JSON list of records")
+        for i, record in enumerate(data):
+            if isinstance(record, Mapping):
+                refuse_surrogates(record, f"{field}: {path} record {i}")
         return data
-    return [record for _, record in iter_jsonl(path, field)]
+    records = []
+    for lineno, record in iter_jsonl(path, field):
+        refuse_surrogates(record, f"{field}: {path} line {lineno}")
+        records.append(record)
+    return records
 
 
-def iter_jsonl(path: str | Path, field: str = "task.path") -> Iterator[tuple[int, dict[str, Any]]]:
+def refuse_surrogates(record: Mapping[str, Any], where: str) -> None:
+    """Raise ``ValueError`` naming ``where`` and the field when a string of ``record`` (at any depth) holds a lone
+    UTF-16 surrogate (JSON's ``"\\ud800"``): not text, and UTF-8 cannot hold it, so no prompt, row or file could.
+    Task data is refused before any work (a replayed completion is repaired instead: :mod:`evals.text`)."""
+    for name, value in record.items():
+        stack = [value]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, str):
+                if item.isascii():  # O(1): no surrogate in it
+                    continue
+                try:
+                    item.encode("utf-8")
+                except UnicodeEncodeError as exc:
+                    raise ValueError(f"{where}: field '{name}' holds a lone surrogate "
+                                     f"(U+{ord(item[exc.start]):04X} at character {exc.start}), which is not "
+                                     "text; fix the data") from None
+            elif isinstance(item, Mapping):
+                stack.extend(item.keys())
+                stack.extend(item.values())
+            elif isinstance(item, list):
+                stack.extend(item)
+
+
+MAX_LINE_BYTES = 256 << 20  # a JSONL line (a task record, a row): far above a 2M-word LongBench-v2 context
+
+
+def iter_jsonl(path: str | Path, field: str = "task.path",
+               max_line_bytes: int | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
     """Stream ``(line number, record)`` from a JSONL file, skipping blank and ``//`` comment lines.
 
     Raises ``ValueError`` prefixed by ``field`` (the config key that named the file) and naming the file and line
-    when a line is not valid UTF-8, not a JSON object, or nested deeper than :data:`MAX_JSON_DEPTH`.
+    when a line is longer than ``max_line_bytes`` (default :data:`MAX_LINE_BYTES`; at most that much is read before
+    the error), not valid UTF-8, not a JSON object, or nested deeper than :data:`MAX_JSON_DEPTH`.
     """
     path = Path(path)
+    limit = MAX_LINE_BYTES if max_line_bytes is None else max_line_bytes
     with path.open("rb") as fh:
-        for lineno, raw in enumerate(fh, 1):
+        lineno = 0
+        while raw := _read_line(fh, limit):
+            lineno += 1
             where = f"{field}: {path} line {lineno}"
+            if raw is TOO_LONG:
+                raise ValueError(f"{where}: longer than {_size(limit)} (a line of this file is at most that)")
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
@@ -195,6 +236,33 @@ def iter_jsonl(path: str | Path, field: str = "task.path") -> Iterator[tuple[int
             if not isinstance(record, dict):
                 raise ValueError(f"{where}: not a JSON object")
             yield lineno, record
+
+
+READ_CHUNK = 1 << 20
+
+
+TOO_LONG = b"too long"  # returned by identity: no line read from a file is this object
+
+
+def _read_line(fh: Any, limit: int) -> bytes | bytearray:
+    """The next line of a binary file (empty at the end), read 1 MiB at a time into one growing buffer, so that
+    memory stays near the line's length; :data:`TOO_LONG` as soon as it passes ``limit`` bytes."""
+    want = min(READ_CHUNK, limit + 1)
+    piece = fh.readline(want)
+    if piece.endswith(b"\n") or len(piece) < want:  # the usual case: a whole line (or the end) in one read
+        return piece
+    buf = bytearray(piece)
+    while True:
+        if len(buf) > limit:
+            return TOO_LONG
+        piece = fh.readline(min(READ_CHUNK, limit + 1 - len(buf)))
+        buf += piece
+        if not piece or piece.endswith(b"\n"):
+            return buf
+
+
+def _size(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 and n % (1 << 20) == 0 else f"{n} bytes"
 
 
 def require_fields(record: dict[str, Any], fields: tuple[str, ...], where: str) -> None:

@@ -15,11 +15,14 @@ def main(argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv):
         print(USAGE)
         return 0
+    from omegaconf import OmegaConf
+
     from evals.cli import UserError
     from evals.plan.grid import compose_jobs
     from evals.plan.job import DEFAULT_MEMORY_GIB, job_from_config
     from evals.plan.planner import plan_jobs
     from evals.plan.table import render, write_csv
+    from evals.runner import check
 
     logging.getLogger("snapstream_core.api").setLevel(logging.ERROR)  # "none has no knob ...": said by evals.run
     try:
@@ -27,6 +30,7 @@ def main(argv: list[str]) -> int:
         jobs = []
         for overrides, container in composed:
             try:
+                check(OmegaConf.create(container), offline=True)  # evals.run's own check: it refuses, so do we
                 jobs.append(job_from_config(container))
             except ValueError as exc:
                 raise UserError(f"{' '.join(overrides)}: {exc}") from None

@@ -21,6 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from evals.report.escape import file_part
+from evals.report.output import output_folder, save_figure
 
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#bcbd22"]
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "<", ">"]
@@ -76,8 +77,7 @@ def _full_band(ax, full: pd.DataFrame, x_col: str | None) -> None:
 
 def _save(fig, path: Path) -> Path:
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    return path
+    return save_figure(fig, path, dpi=120)
 
 
 def frontier(frame: pd.DataFrame, path: Path, plt) -> Path | None:
@@ -154,7 +154,7 @@ def plot(head: pd.DataFrame, out_dir: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    out_dir.mkdir(parents=True, exist_ok=True)
+    output_folder(out_dir)
     paths = []
     for (task, model), frame in head.groupby(["task", "model"], sort=False):
         for kind, draw in (("frontier", frontier), ("budget", by_budget)):

@@ -14,10 +14,12 @@ import pandas as pd
 from evals.report.escape import md_cell
 from evals.report.footprint import inversion_notes, kv_at_max_new
 from evals.report.load import collect
+from evals.report.output import Batch
 from evals.report.paired import paired_deltas
 from evals.report.plots import plot
 from evals.report.references import reference_table  # issue 29: published references
 from evals.report.tables import NOT_MEANINGFUL, behaviour_table, breakdown_tables, headline, pivots
+from evals.rundir import os_error_line
 from evals.stats import SMALL_N
 from tasks.protocol import hook
 
@@ -157,8 +159,6 @@ def write_report(root: Path) -> tuple[Path, pd.DataFrame]:
     """Write ``summary_all.csv``, ``plots/``, ``report.md`` and ``report.html`` under ``root``; return the
     markdown report's path and the headline (one row per run)."""
     summary, head, tables, deltas = _sections(root)
-    summary.drop(columns=["run_dir", "pair_key"]).to_csv(root / "summary_all.csv", index=False)
-    deltas_table(head, deltas).to_csv(root / "deltas.csv", index=False)
     plots = plot(head, root / "plots")
     banner = small_n_banner(head)
     notes = inversion_notes(head)
@@ -176,9 +176,12 @@ def write_report(root: Path) -> tuple[Path, pd.DataFrame]:
     for title, table in tables:
         lines += [f"## {title}", "", _md(table), ""]
     path = root / "report.md"
-    path.write_text("\n".join(lines), encoding="utf-8")
     page = _html(root, head, tables, plots, [banner or "", *notes, *copied])
-    (root / "report.html").write_text(page, encoding="utf-8")
+    with Batch() as batch:  # all four in place, or (a full disk) the earlier four as they were
+        batch.write(root / "summary_all.csv", summary.drop(columns=["run_dir", "pair_key"]).to_csv(index=False))
+        batch.write(root / "deltas.csv", deltas_table(head, deltas).to_csv(index=False))
+        batch.write(path, "\n".join(lines))
+        batch.write(root / "report.html", page)
     return path, head
 
 
@@ -192,6 +195,9 @@ def main(argv: list[str] | None = None) -> int:
         path, head = write_report(root)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a full or read-only disk, a folder not ours: one line, the earlier report kept whole
+        print(f"error: {os_error_line(exc, root)}", file=sys.stderr)
         return 2
     table = pd.DataFrame({
         "model": head["model"], "task": head["task"], "method": head["label"],

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from snapstream_core.hints import did_you_mean
-from tasks.base import read_records, require_fields
+from tasks.base import read_records, refuse_surrogates, require_fields
 from tasks.longbench_v2.protocols import protocol_name
 from tasks.source import apply_limit, check_limit, local_file
 
@@ -105,6 +105,7 @@ def load(cfg: Any) -> list[Item]:
     else:
         where, records = str(path), read_records(path)
     items = [to_item(record, f"{where} record {i}") for i, record in enumerate(records, 1)]
+    refuse_duplicates(items, where)
     kept = select(items, cfg)
     log.info("longbench_v2: %d of %d items from %s", len(kept), len(items), where)
     return kept
@@ -123,12 +124,24 @@ def select(items: list[Item], cfg: Any) -> list[Item]:
     return apply_limit(kept, cfg)
 
 
+def refuse_duplicates(items: list[Item], where: str) -> None:
+    """Two questions under one ``_id`` would share every row key (``item_id``, ``sample_idx``): refused, as AIME and
+    LiveCodeBench refuse theirs, naming both records."""
+    first: dict[str, int] = {}
+    for i, item in enumerate(items, 1):
+        if item.item_id in first:
+            raise ValueError(f"{where} record {i}: field '_id': duplicate id {item.item_id!r} "
+                             f"(first at record {first[item.item_id]})")
+        first[item.item_id] = i
+
+
 def to_item(record: Mapping[str, Any], where: str) -> Item:
     """Check one record of the official schema and make it an :class:`Item`; ``where`` names it in errors."""
     require_fields(dict(record), FIELDS, where)
     for name in FIELDS:
         if not isinstance(record[name], str):
             raise ValueError(f"{where}: field '{name}' must be a string, got {type(record[name]).__name__}")
+    refuse_surrogates({name: record[name] for name in FIELDS}, where)
     if not record["_id"].strip():
         raise ValueError(f"{where}: field '_id' is empty")
     where = f"{where} (_id={record['_id']})"
