@@ -15,7 +15,10 @@ limit, the row's ``truncated``), ``share_think_unclosed`` (a thinking model that
 
 Intervals of rates whose items each score 0 or 100 % (one sample per item, or a per-item verdict) are Wilson score
 intervals over the items (:func:`evals.stats.wilson`: right at 0 and at n, where a bootstrap of a constant gives a
-zero-width interval); ``ci_method`` says which interval a row has (``wilson``, ``bootstrap``, ``normal``).
+zero-width interval); ``ci_method`` says which interval a row has (``wilson``, ``bootstrap``, ``normal``,
+``wilson_bounded``, ``n.m.``). Other rates on fewer than ``SMALL_N`` items, or whose bootstrap collapses to a point
+(every item scored the same fraction), get the bounded Wilson interval (:func:`evals.stats.bounded_rate_interval`);
+another metric whose bootstrap collapses gets no interval (``n.m.``), never a zero-width one.
 
 Uncertainty otherwise: the task's ``summarize`` is recomputed on ``BOOTSTRAP_ITERS`` resamples of the **items** (an
 item keeps all its samples, so pass@k and cons@n resample problems with their samples); ``stderr`` is the replicates'
@@ -40,7 +43,17 @@ from types import ModuleType
 import numpy as np
 import pandas as pd
 
-from evals.stats import SEED, from_replicates, ratio_replicates, resample_counts, resample_indices, wilson
+from evals.stats import (
+    SEED,
+    SMALL_N,
+    bounded_rate_interval,
+    from_replicates,
+    ratio_replicates,
+    resample_counts,
+    resample_indices,
+    wilson,
+    zero_width,
+)
 from snapstream_core.methods import knob_names
 from snapstream_core.methods.base import CompressionMethod
 from tasks import terms
@@ -49,7 +62,8 @@ from tasks.protocol import hook
 log = logging.getLogger(__name__)
 
 SUMMARY_COLUMNS = ["model", "task", "method", "prompt_budget", "recent", "metric", "group", "value", "n"]
-UNCERTAINTY_COLUMNS = ["stderr", "ci_lo", "ci_hi", "unit", "ci_method"]  # ci_method: wilson | bootstrap | normal
+# ci_method: wilson | bootstrap | normal | wilson_bounded | n.m.
+UNCERTAINTY_COLUMNS = ["stderr", "ci_lo", "ci_hi", "unit", "ci_method"]
 RUN_COLUMNS = ["fingerprint"]  # the run's identity hash (evals/identity.py), last, so the report can group by run
 FROM_ROWS = ("run_id", "fingerprint")  # one value per run: taken from its rows
 COST_UNITS = {"gen_tokens": "tokens", "kv_tokens_peak": "tokens", "kv_bytes_peak": "bytes", "latency_s": "s"}
@@ -253,14 +267,30 @@ def with_uncertainty(task: ModuleType, rows: pd.DataFrame, cfg, *, iters: int = 
             hi.append(100.0 * w_hi)
             how.append("wilson")
         else:
-            stderr.append(e.stderr)
-            lo.append(e.ci_lo)
-            hi.append(e.ci_hi)
-            how.append("bootstrap" if not math.isnan(e.ci_lo) else "")
+            honest = _small_n_interval(str(keys[j][0]), e, min(int(point["n"].iloc[j]), n_items))
+            stderr.append(honest[0])
+            lo.append(honest[1])
+            hi.append(honest[2])
+            how.append(honest[3])
     point["stderr"], point["ci_lo"], point["ci_hi"] = stderr, lo, hi
     point["unit"] = point["metric"].map(_unit)
     point["ci_method"] = how
     return point
+
+
+def _small_n_interval(metric: str, e, n: int) -> tuple[float, float, float, str]:
+    """``(stderr, lo, hi, ci_method)`` of a bootstrap estimate ``e`` over ``n`` items, made honest where the
+    percentile bootstrap is not: a rate on fewer than SMALL_N items or with a zero-width interval gets the bounded
+    Wilson interval (:func:`evals.stats.bounded_rate_interval`, ``wilson_bounded``); another metric with a
+    zero-width interval gets none (``n.m.``)."""
+    collapsed = zero_width(e.ci_lo, e.ci_hi)
+    if RATE.match(metric) and math.isfinite(e.value) and n >= 1 and (n < SMALL_N or collapsed):
+        p = min(max(e.value / 100.0, 0.0), 1.0)
+        w_lo, w_hi = bounded_rate_interval(p, n)
+        return 100.0 * math.sqrt(p * (1 - p) / n), 100.0 * w_lo, 100.0 * w_hi, "wilson_bounded"
+    if collapsed:
+        return math.nan, math.nan, math.nan, "n.m."
+    return e.stderr, e.ci_lo, e.ci_hi, ("bootstrap" if not math.isnan(e.ci_lo) else "")
 
 
 def _binary_trials(item_terms: ItemTerms | None, value: float, n: int, est) -> tuple[int, int] | None:

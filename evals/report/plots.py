@@ -21,6 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from evals.report.escape import file_part
+from evals.report.tables import task_title, with_config
 
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#bcbd22"]
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "<", ">"]
@@ -74,6 +75,11 @@ def _full_band(ax, full: pd.DataFrame, x_col: str | None) -> None:
             ax.plot([row[x_col]], [row["value"]], marker="*", markersize=14, color="black", linestyle="none")
 
 
+def _task_of(frame: pd.DataFrame) -> str:
+    """The task of a figure, with its configuration when the task has several (``needle (context_tokens=1024)``)."""
+    return task_title(frame["task"].iloc[0], with_config(frame)["task_config"].iloc[0])
+
+
 def _save(fig, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -106,7 +112,7 @@ def frontier(frame: pd.DataFrame, path: Path, plt) -> Path | None:
     ax.set_xlabel(f"KV per sequence ({what}, measured peak, log)\n★ full cache"
                   + ("   | the same run at gen.max_new_tokens" if len(bound) else ""))
     _y_axis(ax, frame)
-    model, task = frame["model"].iloc[0], frame["task"].iloc[0]
+    model, task = frame["model"].iloc[0], _task_of(frame)
     ax.set_title(f"{task} · {model}: {frame['metric'].iloc[0]} vs KV memory held per sequence")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
@@ -139,7 +145,7 @@ def by_budget(frame: pd.DataFrame, path: Path, plt) -> Path | None:
     ax.set_xlim(budgets[0] / 1.3, budgets[-1] * 1.3)
     ax.set_xlabel("prompt_budget (prompt KV entries kept per layer and KV head; log scale)")
     _y_axis(ax, frame)
-    ax.set_title(f"{frame['task'].iloc[0]} · {frame['model'].iloc[0]}: {frame['metric'].iloc[0]} vs prompt budget")
+    ax.set_title(f"{_task_of(frame)} · {frame['model'].iloc[0]}: {frame['metric'].iloc[0]} vs prompt budget")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     path = _save(fig, path)
@@ -156,9 +162,10 @@ def plot(head: pd.DataFrame, out_dir: Path) -> list[Path]:
 
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
-    for (task, model), frame in head.groupby(["task", "model"], sort=False):
+    for (task, config, model), frame in with_config(head).groupby(["task", "task_config", "model"], sort=False):
+        name = file_part(task) + (f"~{file_part(config)}" if config else "")
         for kind, draw in (("frontier", frontier), ("budget", by_budget)):
-            path = draw(frame, out_dir / f"{kind}__{file_part(task)}__{file_part(model)}.png", plt)
+            path = draw(frame, out_dir / f"{kind}__{name}__{file_part(model)}.png", plt)
             if path is not None:
                 paths.append(path)
     return paths

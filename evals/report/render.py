@@ -13,10 +13,10 @@ import pandas as pd
 
 from evals.report.escape import md_cell
 from evals.report.footprint import inversion_notes, kv_at_max_new
-from evals.report.load import collect
-from evals.report.paired import paired_deltas
+from evals.report.load import collect, identities
+from evals.report.paired import paired_deltas, subset_notes
 from evals.report.plots import plot
-from evals.report.references import reference_table  # issue 29: published references
+from evals.report.references import reference_table
 from evals.report.tables import NOT_MEANINGFUL, behaviour_table, breakdown_tables, headline, pivots
 from evals.stats import SMALL_N
 from tasks.protocol import hook
@@ -30,25 +30,32 @@ UNITS_NOTE = ("Units: rates (accuracy, pass@k, cons@n, answered, key_prefix, sha
               "paired difference to the full-cache run on the same items, in points, with a paired-bootstrap 95% "
               "interval and a two-sided sign-flip p-value; on fewer than {small} paired items Δ and p are marked "
               f"{NOT_MEANINGFUL} (not meaningful). A dash: the value does not apply.").replace("{small}", str(SMALL_N))
-DELTAS_COLUMNS = ["model", "task", "method", "label", "budget", "metric", "unit", "value", "reference", "delta",
-                  "ci_low", "ci_high", "p_value", "n_items", "meaningful"]
+DELTAS_COLUMNS = ["model", "task", "task_config", "method", "label", "budget", "metric", "unit", "value",
+                  "reference", "delta", "ci_low", "ci_high", "p_value", "n_items", "n_run", "n_reference", "subset",
+                  "meaningful", "n_acted", "delta_acted", "gen_tokens_change"]
 
 
 def deltas_table(head: pd.DataFrame, deltas: pd.DataFrame) -> pd.DataFrame:
-    """``deltas.csv``: one row per compressed run with a full-cache reference, i.e. per (model, task, method,
-    budget, metric) of the headline: its value, the reference's, Δ with its paired 95% interval, the sign-flip
-    p-value, the paired items, and whether n reaches SMALL_N."""
+    """``deltas.csv``: one row per compressed run with a full-cache reference, i.e. per (model, task, task
+    configuration, method, budget, metric) of the headline. ``value``, ``reference`` and Δ (with its paired 95%
+    interval and sign-flip p-value) are on the same ``n_items`` paired items; ``n_run`` and ``n_reference`` are
+    each run's own items and ``subset`` says the pairing has fewer than either; ``meaningful``: n reaches SMALL_N;
+    ``delta_acted`` is Δ on the ``n_acted`` items where the method dropped a token; ``gen_tokens_change`` the mean
+    generated tokens per item, run − full cache."""
     if deltas.empty:
         return pd.DataFrame(columns=DELTAS_COLUMNS)
     values = head.set_index("run")
     rows = []
     for _, d in deltas.iterrows():
-        run, ref = values.loc[d["run"]], values.loc[d["reference"]]
-        rows.append({"model": run["model"], "task": run["task"], "method": run["method"], "label": run["label"],
-                     "budget": run["prompt_budget"], "metric": run["metric"], "unit": run["unit"],
-                     "value": run["value"], "reference": ref["value"], "delta": d["delta"],
-                     "ci_low": d["delta_ci_lo"], "ci_high": d["delta_ci_hi"], "p_value": d["p_value"],
-                     "n_items": int(d["n_paired"]), "meaningful": bool(d["n_paired"] >= SMALL_N)})
+        run = values.loc[d["run"]]
+        rows.append({"model": run["model"], "task": run["task"], "task_config": run.get("task_config", ""),
+                     "method": run["method"], "label": run["label"], "budget": run["prompt_budget"],
+                     "metric": run["metric"], "unit": run["unit"], "value": d["value_paired"],
+                     "reference": d["reference_paired"], "delta": d["delta"], "ci_low": d["delta_ci_lo"],
+                     "ci_high": d["delta_ci_hi"], "p_value": d["p_value"], "n_items": int(d["n_paired"]),
+                     "n_run": int(d["n_run"]), "n_reference": int(d["n_reference"]), "subset": bool(d["subset"]),
+                     "meaningful": bool(d["n_paired"] >= SMALL_N), "n_acted": int(d["n_acted"]),
+                     "delta_acted": d["delta_acted"], "gen_tokens_change": d["gen_tokens_change"]})
     return pd.DataFrame(rows, columns=DELTAS_COLUMNS)
 
 
@@ -93,10 +100,10 @@ def _sections(root: Path):
                                                behaviour_table(head, deltas))]
     tables += breakdown_tables(summary)
     tables += _per_problem_tables(head)
-    references = reference_table(summary)  # published references beside full-cache runs of the paper models
+    references = reference_table(summary, identities(summary))  # published figures of the paper models
     if not references.empty:
-        tables.insert(0, ("Published references for full-cache runs (ours ± se; published ± se [95% interval])",
-                          references))
+        tables.insert(0, ("Published references (ours ± se [95% CI]; published ± se [95% interval]; "
+                          "setup: ours (published))", references))
     return summary, head, tables, deltas
 
 
@@ -113,6 +120,7 @@ def figure_title(path: Path) -> str:
     """``frontier__needle__smollm2_135m.png`` -> ``needle · smollm2_135m: accuracy vs KV memory held``."""
     kind, _, rest = path.stem.partition("__")
     task, _, model = rest.partition("__")
+    task = task.replace("~", " ")
     what = {"frontier": "accuracy vs KV memory held", "budget": "accuracy vs prompt budget"}.get(kind, kind)
     return f"{task} · {model}: {what}"
 
@@ -157,12 +165,13 @@ def write_report(root: Path) -> tuple[Path, pd.DataFrame]:
     """Write ``summary_all.csv``, ``plots/``, ``report.md`` and ``report.html`` under ``root``; return the
     markdown report's path and the headline (one row per run)."""
     summary, head, tables, deltas = _sections(root)
-    summary.drop(columns=["run_dir", "pair_key"]).to_csv(root / "summary_all.csv", index=False)
+    summary.drop(columns=["run_dir", "pair_key", "task_settings"]).to_csv(root / "summary_all.csv", index=False)
     deltas_table(head, deltas).to_csv(root / "deltas.csv", index=False)
     plots = plot(head, root / "plots")
     banner = small_n_banner(head)
     notes = inversion_notes(head)
     copied = copied_notes(summary)
+    subsets = subset_notes(deltas, head)
     lines = [f"# Report: {root}", "", f"{head['run'].nunique()} runs, {len(summary)} summary rows.", ""]
     lines += [banner, ""] if banner else []
     lines += [UNITS_NOTE, "", "## Figures", ""]
@@ -173,11 +182,14 @@ def write_report(root: Path) -> tuple[Path, pd.DataFrame]:
     if copied:
         lines += ["## Runs not generated: rows copied from the full cache", "", COPIED_NOTE, ""]
         lines += [f"- {n}" for n in copied] + [""]
+    if subsets:
+        lines += ["## Paired on fewer items than a run scored", ""]
+        lines += [f"- {n}" for n in subsets] + [""]
     for title, table in tables:
         lines += [f"## {title}", "", _md(table), ""]
     path = root / "report.md"
     path.write_text("\n".join(lines), encoding="utf-8")
-    page = _html(root, head, tables, plots, [banner or "", *notes, *copied])
+    page = _html(root, head, tables, plots, [banner or "", *notes, *copied, *subsets])
     (root / "report.html").write_text(page, encoding="utf-8")
     return path, head
 
