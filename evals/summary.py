@@ -10,7 +10,9 @@ Units, one per metric kind (the ``unit`` column says which):
   ``mean_latency_s``: seconds; metrics a task reports in its own unit (lm-eval's) keep it (``unit`` empty).
 
 Behaviour columns shared by all tasks, the ones that explain a drop: ``share_gen_truncated`` (generation stopped
-by ``max_new_tokens``, ``finish_reason == "length"``), ``share_prompt_truncated`` (prompt cut to the context
+by ``max_new_tokens``, ``finish_reason == "length"``), ``share_compressed`` (the method dropped a token of the sample,
+:mod:`evals.geometry`; 0 for a run that keeps every token), ``mean_kv_tokens_mean`` (KV tokens held, mean over
+decoding, beside ``mean_kv_tokens_peak``), ``share_prompt_truncated`` (prompt cut to the context
 limit, the row's ``truncated``), ``share_think_unclosed`` (a thinking model that never closed ``</think>``).
 
 Intervals of rates whose items each score 0 or 100 % (one sample per item, or a per-item verdict) are Wilson score
@@ -66,7 +68,8 @@ SUMMARY_COLUMNS = ["model", "task", "method", "prompt_budget", "recent", "metric
 UNCERTAINTY_COLUMNS = ["stderr", "ci_lo", "ci_hi", "unit", "ci_method"]
 RUN_COLUMNS = ["fingerprint"]  # the run's identity hash (evals/identity.py), last, so the report can group by run
 FROM_ROWS = ("run_id", "fingerprint")  # one value per run: taken from its rows
-COST_UNITS = {"gen_tokens": "tokens", "kv_tokens_peak": "tokens", "kv_bytes_peak": "bytes", "latency_s": "s"}
+COST_UNITS = {"gen_tokens": "tokens", "kv_tokens_peak": "tokens", "kv_tokens_mean": "tokens", "kv_bytes_peak": "bytes",
+              "latency_s": "s"}
 RATE = re.compile(r"^(accuracy|compensated|answered|key_prefix|pass@\d+|cons@\d+|share_\w+)$")
 BOOTSTRAP_ITERS = 200
 ItemTerms = tuple[np.ndarray, np.ndarray]  # (num, den), each (n_items,): a metric as sum(num) / sum(den)
@@ -110,6 +113,8 @@ def _behaviour(rows: pd.DataFrame, thinking: bool) -> list[tuple[str, pd.Series,
             out.append((f"mean_{col}", values, values.notna(), 1.0))
     if "finish_reason" in rows.columns:
         out.append(("share_gen_truncated", rows["finish_reason"] == "length", rows["finish_reason"].notna(), 100.0))
+    if "compressed" in rows.columns:  # the method dropped a token of the sample (evals/geometry.py)
+        out.append(("share_compressed", _truthy(rows["compressed"]), rows["compressed"].notna(), 100.0))
     if "truncated" in rows.columns:
         out.append(("share_prompt_truncated", _truthy(rows["truncated"]), rows["truncated"].notna(), 100.0))
     if thinking and "thinking_closed" in rows.columns:
