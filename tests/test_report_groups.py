@@ -108,3 +108,31 @@ def test_delta_where_compression_acted_and_the_change_in_generated_tokens(tmp_pa
     d = paired_deltas(headline(collect(tmp_path))).iloc[0]
     assert (d["delta"], d["n_acted"], d["delta_acted"]) == (-25.0, 2, -50.0)
     assert d["gen_tokens_change"] == 2.5  # items c and d generated 5 more tokens each: +10 over 4 items
+
+
+def test_keeps_every_token_and_throughput_at_equal_memory_in_the_report(tmp_path):
+    """A snapstream run whose prompts and generations all fit its budget and ring is reported as keeping every token
+    (= full cache), decided from its method and measured lengths; throughput is tokens per wall second with rows."""
+    task = _needle(1024)
+    _run(tmp_path, "none", "none", None, ALL, task)
+    _run(tmp_path, "fits", "snapstream", 512, ALL, task)
+    _run(tmp_path, "cuts", "snapstream", 64, {"a": 1, "b": 0, "c": 1, "d": 0}, task)
+    for name, prompt, wall, rows in (("none", 300, 8.0, 1), ("fits", 300, 8.0, 1), ("cuts", 300, 2.0, 8)):
+        run_dir = tmp_path / name
+        samples = pd.read_csv(run_dir / "samples.csv").assign(prompt_tokens=prompt, gen_tokens=40, latency_s=2.0)
+        samples.to_csv(run_dir / "samples.csv", index=False)
+        meta = json.loads((run_dir / "meta.json").read_text())
+        meta["identity"]["compression"] = {"method": meta["identity"]["compression"]["method"],
+                                           **({"prompt_budget": int(name == "fits") * 448 + 64} if name != "none"
+                                              else {})}
+        meta["generation"] = {"wall_s": wall, "gen_tokens": 160, "samples": 4, "rows": rows, "measured": True,
+                              "tokens_per_s": 160 / wall}
+        (run_dir / "meta.json").write_text(json.dumps(meta))
+    text = write_report(tmp_path)[0].read_text()
+    assert text.count("snapstream — keeps every token (= full cache)") == 1  # the behaviour table, run "fits"
+    assert "100.0 [0.0, 100.0] (n=4) (Δ +0.0, n.m.: 4 items) — keeps every token (= full cache)" in text
+    section = text.split("## Throughput at equal memory")[1].split("\n## ")[0]
+    lines = [line for line in section.splitlines() if line.startswith("| m ")]
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in lines]
+    assert sorted((c[2].split(" —")[0], c[5], c[6]) for c in cells) == [("none", "1", "20"), ("snapstream", "1", "20"),
+                                                                       ("snapstream", "8", "80")]

@@ -20,6 +20,8 @@ MIB = 1024 * 1024
 
 
 def _bytes_per_entry(rows: pd.DataFrame) -> float:
+    if not {"kv_tokens_peak", "kv_bytes_peak"} <= set(rows.columns):
+        return math.nan
     tokens = pd.to_numeric(rows.get("kv_tokens_peak"), errors="coerce")
     size = pd.to_numeric(rows.get("kv_bytes_peak"), errors="coerce")
     ok = (tokens > 0) & size.notna()

@@ -17,6 +17,7 @@ from evals.report.load import collect, identities
 from evals.report.paired import paired_deltas, subset_notes
 from evals.report.plots import plot
 from evals.report.references import reference_table
+from evals.report.system import system_columns, throughput_table
 from evals.report.tables import NOT_MEANINGFUL, behaviour_table, breakdown_tables, headline, pivots
 from evals.stats import SMALL_N
 from tasks.protocol import hook
@@ -95,9 +96,15 @@ def _sections(root: Path):
     summary = collect(root)
     head = headline(summary)
     head["kv_mib_at_max_new"] = kv_at_max_new(head)
+    head = head.join(system_columns(head))
     deltas = paired_deltas(head)
-    tables = [*pivots(summary, head, deltas), ("Every run: headline, Δ vs full cache, behaviour",
+    tables = [*pivots(summary, head, deltas), ("Every run: headline, Δ vs full cache (on all items and where "
+                                               "compression acted), behaviour, throughput",
                                                behaviour_table(head, deltas))]
+    speed = throughput_table(head)
+    if not speed.empty:
+        tables.append(("Throughput at equal memory: generated tokens per wall second of generation, with the rows "
+                       "held, beside the latency of one sample", speed))
     tables += breakdown_tables(summary)
     tables += _per_problem_tables(head)
     references = reference_table(summary, identities(summary))  # published figures of the paper models

@@ -19,7 +19,9 @@ BEHAVIOUR = {  # summary metric -> column title
     "share_gen_truncated": "cut at max_new_tokens (%)",
     "share_think_unclosed": "</think> never closed (%)",
     "share_prompt_truncated": "prompt cut (%)",
+    "share_compressed": "compression acted (% samples)",
     "mean_kv_tokens_peak": "KV tokens held (mean peak)",
+    "mean_kv_tokens_mean": "KV tokens held (mean over decoding)",
     "mean_kv_bytes_peak": "KV held (MiB, mean peak)",
 }
 DASH = "—"
@@ -28,6 +30,7 @@ DASH = "—"
 TASK_ORDER = ("needle", "longbench_v2", "aime24", "livecodebench")
 MIB = 1024 * 1024
 NOT_MEANINGFUL = "n.m."  # Δ / p on fewer than SMALL_N paired items: shown, but marked not meaningful
+KEEPS_ALL = "keeps every token (= full cache)"  # a compressing method that dropped no token of any sample
 # One table, curve or paired comparison holds runs of one model, one task and one task configuration
 # (evals.report.load.task_config_labels): runs whose task settings differ are never pooled.
 GROUP = ["model", "task", "task_config"]
@@ -205,7 +208,8 @@ def pivots(summary: pd.DataFrame, head: pd.DataFrame, deltas: pd.DataFrame) -> l
                 if line[col] != DASH:
                     raise AssertionError(f"report: two runs in one cell ({info['label']}, {col})")
                 d = by_run.loc[run] if by_run is not None and metric == info["metric"] and run in by_run.index else None
-                line[col] = _cell(v["value"], v["ci_lo"], v["ci_hi"], v["n"], unit) + _delta_cell(d, unit)
+                kept = f" — {KEEPS_ALL}" if info.get("keeps_all") is True else ""
+                line[col] = _cell(v["value"], v["ci_lo"], v["ci_hi"], v["n"], unit) + _delta_cell(d, unit) + kept
             table = pd.DataFrame(list(lines.values()), columns=columns)
             if (table["full"] == DASH).all():
                 table = table.drop(columns=["full"])
@@ -240,7 +244,9 @@ def behaviour_table(head: pd.DataFrame, deltas: pd.DataFrame) -> pd.DataFrame:
         delta=math.nan, delta_ci_lo=math.nan, delta_ci_hi=math.nan, p_value=math.nan, n_paired=math.nan)
     out = pd.DataFrame({
         "model": table["model"], "task": [task_title(t, c) for t, c in zip(table["task"], with_config(table)[
-            "task_config"])], "method": table["label"],
+            "task_config"])],
+        "method": [f"{lab} — {KEEPS_ALL}" if k is True else lab for lab, k in zip(
+            table["label"], table["keeps_all"] if "keeps_all" in table else [None] * len(table))],
         "budget": table["prompt_budget"].map(fmt),
         "metric": table["metric"] + table["unit"].map(lambda u: f" ({u})" if u else ""),
         "value [95% CI]": [
@@ -254,7 +260,19 @@ def behaviour_table(head: pd.DataFrame, deltas: pd.DataFrame) -> pd.DataFrame:
         "p": [DASH if pd.isna(p) else (NOT_MEANINGFUL if n < SMALL_N else ("<0.001" if p < 0.001 else f"{p:.3f}"))
               for p, n in zip(table["p_value"], table["n_paired"].fillna(0))],
     })
-    units = {"mean_gen_tokens": "tokens", "mean_kv_tokens_peak": "tokens", "mean_kv_bytes_peak": "MiB"}
+    if "n_acted" in table and table["n_acted"].notna().any():
+        out["Δ where compression acted (items)"] = [
+            DASH if pd.isna(d) or not n else f"{_delta_interval(d, lo, hi, u)} ({int(n)})"
+            for d, lo, hi, u, n in zip(table["delta_acted"], table["delta_acted_ci_lo"], table["delta_acted_ci_hi"],
+                                       table["unit"], table["n_acted"].fillna(0))]
+        out["gen tokens vs full (mean per item)"] = table["gen_tokens_change"].map(
+            lambda v: DASH if pd.isna(v) else f"{v:+.1f}")
+    if "tokens_per_s" in table and table["tokens_per_s"].notna().any():
+        out["throughput (tok/s, wall; rows)"] = [
+            DASH if pd.isna(v) else f"{v:.1f} ({r})" for v, r in zip(table["tokens_per_s"], table["rows_held"])]
+        out["latency (s/sample)"] = table["latency_s_mean"].map(lambda v: DASH if pd.isna(v) else f"{v:.3g}")
+    units = {"mean_gen_tokens": "tokens", "mean_kv_tokens_peak": "tokens", "mean_kv_tokens_mean": "tokens",
+             "mean_kv_bytes_peak": "MiB"}
     for metric, title in BEHAVIOUR.items():
         if table[metric].notna().any():
             scale = MIB if metric == "mean_kv_bytes_peak" else 1
