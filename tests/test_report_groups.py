@@ -136,3 +136,53 @@ def test_keeps_every_token_and_throughput_at_equal_memory_in_the_report(tmp_path
     cells = [[c.strip() for c in line.strip("|").split("|")] for line in lines]
     assert sorted((c[2].split(" —")[0], c[5], c[6]) for c in cells) == [("none", "1", "20"), ("snapstream", "1", "20"),
                                                                        ("snapstream", "8", "80")]
+
+
+def test_outcome_shares_are_one_table(tmp_path):
+    from evals.report import breakdown_tables
+
+    rows = [{"run": run, "model": "m", "task": "livecodebench", "method": method, "prompt_budget": budget,
+             "recent": None, "metric": f"share_{o}", "group": g, "value": v, "n": n, "unit": "%", "ci_lo": None,
+             "ci_hi": None}
+            for run, method, budget in (("r1", "none", None), ("r2", "snapstream", 64))
+            for g, n in (("all", 10), ("difficulty=easy", 4), ("difficulty=hard", 6))
+            for o, v in (("passed", 50.0), ("wrong_answer", 30.0), ("timeout", 20.0))]
+    [(title, table)] = breakdown_tables(pd.DataFrame(rows))
+    assert title == "livecodebench: outcomes (% of samples) by group"
+    assert list(table.columns[-4:]) == ["passed", "wrong_answer", "timeout", "n"] and len(table) == 6
+    assert table["group"].tolist()[:3] == ["all", "difficulty=easy", "difficulty=hard"]
+
+
+def test_a_narrow_memory_range_still_has_two_ticks_and_a_point_without_interval_is_marked(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from evals.report.plots import at_least_two_ticks, frontier
+
+    fig, ax = plt.subplots()
+    ax.plot([1000 * 1024, 1200 * 1024], [1, 2])  # within one power of two: one LogLocator tick at most
+    ax.set_xscale("log", base=2)
+    ax.margins(x=0.08)
+    at_least_two_ticks(ax)
+    lo, hi = ax.get_xlim()
+    assert len([t for t in ax.xaxis.get_majorticklocs() if lo <= t <= hi]) >= 2
+    plt.close(fig)
+    head = pd.DataFrame([{"model": "m", "task": "needle", "method": m, "label": m, "prompt_budget": b,
+                          "metric": "accuracy", "unit": "%", "value": v, "ci_lo": lo, "ci_hi": hi,
+                          "mean_kv_bytes_peak": kv, "mean_kv_tokens_peak": 1.0}
+                         for m, b, v, lo, hi, kv in (("none", None, 90.0, 80.0, 95.0, 1200 * 1024.0),
+                                                     ("snapstream", 64, 50.0, None, None, 1000 * 1024.0))])
+    texts = []
+
+    class Pyplot:  # pyplot as frontier uses it, reading the figure's annotations before it is closed
+        subplots = staticmethod(plt.subplots)
+
+        @staticmethod
+        def close(figure):
+            texts.extend(t.get_text() for a in figure.axes for t in a.texts)
+            plt.close(figure)
+
+    assert frontier(head, tmp_path / "f.png", Pyplot) is not None
+    assert "n.m." in texts

@@ -10,7 +10,8 @@
   line's effective footprint in its legend (``holds ≈ budget + N``: the measured peak minus the budget).
 
 Lines differ in colour, marker and dash; markers are hollow and shrink from line to line, so that lines that
-coincide stay visible on top of each other. Rates are drawn on a fixed 0–100 axis.
+coincide stay visible on top of each other. Rates are drawn on a fixed 0–100 axis. A point without an interval is
+marked ``n.m.`` (not meaningful), never drawn as if certain; a log axis always has at least two labelled ticks.
 """
 
 from __future__ import annotations
@@ -75,6 +76,27 @@ def _full_band(ax, full: pd.DataFrame, x_col: str | None) -> None:
             ax.plot([row[x_col]], [row["value"]], marker="*", markersize=14, color="black", linestyle="none")
 
 
+def _no_interval(ax, line: pd.DataFrame, x_col: str) -> None:
+    """``n.m.`` beside each point that has no interval (a point without a bar would read as a certain value)."""
+    for x, y, lo in zip(line[x_col], line["value"], line["ci_lo"]):
+        if pd.isna(lo) and pd.notna(x) and pd.notna(y):
+            ax.annotate("n.m.", (x, y), xytext=(4, 4), textcoords="offset points", fontsize=7, color="grey")
+
+
+def at_least_two_ticks(ax) -> None:
+    """At least two labelled ticks on a log x axis: where the powers of two inside the range are fewer (runs whose
+    memory differs by less than a factor of two), three ticks spread over the range instead."""
+    import numpy as np
+    from matplotlib.ticker import FixedLocator
+
+    lo, hi = ax.get_xlim()
+    if lo <= 0 or hi <= lo:
+        return
+    inside = [t for t in ax.xaxis.get_majorticklocs() if lo <= t <= hi]
+    if len(inside) < 2:
+        ax.xaxis.set_major_locator(FixedLocator(np.geomspace(lo * 1.02, hi / 1.02, 3)))
+
+
 def _task_of(frame: pd.DataFrame) -> str:
     """The task of a figure, with its configuration when the task has several (``needle (context_tokens=1024)``)."""
     return task_title(frame["task"].iloc[0], with_config(frame)["task_config"].iloc[0])
@@ -99,6 +121,7 @@ def frontier(frame: pd.DataFrame, path: Path, plt) -> Path | None:
     for i, (label, line) in enumerate(compressed.groupby("label", sort=True)):
         line = line.sort_values(x_col)
         ax.errorbar(line[x_col], line["value"], yerr=_yerr(line), label=label, zorder=3 + i, **_style(i))
+        _no_interval(ax, line, x_col)
     bound = frame[frame["kv_mib_at_max_new"].notna()] if "kv_mib_at_max_new" in frame else frame.iloc[:0]
     if x_col.endswith("bytes_peak") and len(bound):  # where each run would be at gen.max_new_tokens
         ax.scatter(bound["kv_mib_at_max_new"] * 1024 * 1024, bound["value"], marker="|", s=160, color="grey",
@@ -108,6 +131,7 @@ def frontier(frame: pd.DataFrame, path: Path, plt) -> Path | None:
     ax.xaxis.set_minor_locator(NullLocator())
     ax.xaxis.set_major_formatter(FuncFormatter(_human_bytes if x_col.endswith("bytes_peak") else _plain))
     ax.margins(x=0.08)
+    at_least_two_ticks(ax)
     what = "bytes, all layers" if x_col.endswith("bytes_peak") else "tokens per layer and KV head"
     ax.set_xlabel(f"KV per sequence ({what}, measured peak, log)\n★ full cache"
                   + ("   | the same run at gen.max_new_tokens" if len(bound) else ""))
@@ -137,6 +161,7 @@ def by_budget(frame: pd.DataFrame, path: Path, plt) -> Path | None:
             extra) else "footprint not measured"
         ax.errorbar(line["prompt_budget"], line["value"], yerr=_yerr(line), label=f"{label}: {held}",
                     zorder=3 + i, **_style(i))
+        _no_interval(ax, line, "prompt_budget")
     budgets = sorted(compressed["prompt_budget"].unique())
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_locator(FixedLocator(budgets))

@@ -288,8 +288,12 @@ def breakdown_tables(summary: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     tables = []
     groups = sorted(with_config(summary).groupby(["task", "task_config", "metric"], sort=False),
                     key=lambda kv: task_rank(kv[0][0]))
+    shares: dict[tuple, list[pd.DataFrame]] = {}
     for (task, config, metric), frame in groups:
         if metric.startswith("mean_") or frame["group"].nunique() < 2:
+            continue
+        if metric.startswith("share_"):  # outcome shares (LiveCodeBench's verdicts): one table per task, below
+            shares.setdefault((task, config), []).append(frame)
             continue
         knobs = [k for k in variant_knobs(frame) if k != "recent" and frame[k].nunique() > 1]
         keys = ["model", "method", "prompt_budget", "recent", *knobs]
@@ -305,4 +309,25 @@ def breakdown_tables(summary: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
         unit_text = f" ({unit})" if unit else ""
         tables.append((f"{task_title(task, config)}: {metric}{unit_text} by group, [95% CI] (n per group)",
                        table.fillna(DASH)))
+    for (task, config), frames in shares.items():
+        tables.append((f"{task_title(task, config)}: outcomes (% of samples) by group", outcome_table(frames)))
     return tables
+
+
+def outcome_table(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """The ``share_<outcome>`` metrics of one task as one table: a row per (run, group), a column per outcome (its
+    share of the samples, in percent), ``n`` the samples of the group."""
+    frame = pd.concat(frames, ignore_index=True)
+    knobs = [k for k in variant_knobs(frame) if k != "recent" and frame[k].nunique() > 1]
+    keys = ["model", "method", "prompt_budget", "recent", *knobs]
+    runs = frame.drop_duplicates("run").set_index("run")[keys]
+    frame = frame.assign(outcome=frame["metric"].str.removeprefix("share_"))
+    wide = frame.pivot_table(index=["run", "group"], columns="outcome", values="value", aggfunc="first", sort=False)
+    count = frame.groupby(["run", "group"], sort=False)["n"].max()
+    table = wide.map(lambda v: fmt(v, "%")).join(count.map(fmt)).reset_index()
+    table = runs.join(table.set_index("run")).reset_index(drop=True)
+    table["_all"] = table["group"] != "all"
+    table = table.sort_values([*keys, "_all", "group"], na_position="first").drop(columns="_all")
+    for key in keys:
+        table[key] = table[key].map(fmt)
+    return table.reset_index(drop=True).fillna(DASH)
