@@ -90,3 +90,17 @@ def test_the_headline_says_keeps_every_token_and_reports_throughput_beside_laten
     res = run_results(_run_dir(tmp_path, rows, {}))
     assert res["keeps_every_token"] is False and res["gen_tokens_per_s"] is None
     assert "keeps every token" not in headline_text(res)
+
+
+def test_the_sweep_table_carries_throughput_with_rows_and_latency(tmp_path, caplog):
+    from evals.progress import SweepProgress
+
+    rows = [{"item_id": f"i{k}", "prompt_tokens": 150, "gen_tokens": 100, "latency_s": 4.0, "correct": 1}
+            for k in range(8)]
+    res = run_results(_run_dir(tmp_path, rows, {"generation": {"wall_s": 5.0, "gen_tokens": 800, "samples": 8,
+                                                               "rows": 8, "measured": True, "tokens_per_s": 160.0}}))
+    sweep = SweepProgress()
+    sweep.jobs = [("compression=snapstream", res, "done")]
+    with caplog.at_level("INFO", logger="evals.sweep"):
+        sweep.on_multirun_end(None)
+    assert "throughput 160.0 tok/s (rows 8) · latency 4 s/sample · keeps every token (= full cache)" in caplog.text
