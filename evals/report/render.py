@@ -26,11 +26,17 @@ log = logging.getLogger("evals.report")
 
 UNITS_NOTE = ("Units: rates (accuracy, pass@k, cons@n, answered, key_prefix, shares) in percent for every task, KV "
               "memory in MiB per sequence. [ ] is the 95% interval and n the number of items behind a value: a Wilson "
-              "score interval for a rate whose items each score 0 or 100 % (right at 0 and at n), else a percentile "
-              "bootstrap over items (an item keeps all its samples); summary.csv's ci_method says which. Δ is the "
-              "paired difference to the full-cache run on the same items, in points, with a paired-bootstrap 95% "
-              "interval and a two-sided sign-flip p-value; on fewer than {small} paired items Δ and p are marked "
-              f"{NOT_MEANINGFUL} (not meaningful). A dash: the value does not apply.").replace("{small}", str(SMALL_N))
+              "score interval for a rate whose items each score 0 or 100 % (right at 0 and at n); for another rate on "
+              "fewer than {small} items, or whose bootstrap collapses to a point, the Wilson interval of its mean over "
+              "the items (conservative for items in 0..100 %); else a percentile bootstrap over items (an item keeps "
+              "all its samples); summary.csv's ci_method says which, and no interval is ever of zero width "
+              f"({NOT_MEANINGFUL} where none can be given). Δ is the "
+              "paired difference to the full-cache run on the same items (the values beside it too), in points, with "
+              "a paired-bootstrap 95% interval and a two-sided sign-flip p-value; on fewer than {small} paired items "
+              f"Δ and p are marked {NOT_MEANINGFUL} (not meaningful). Runs of different task configurations are never "
+              "in one table, curve or comparison: a task with several is titled with the settings that differ. "
+              "Throughput is generated tokens per wall second of generation, with the rows held at once; latency is "
+              "per sample. A dash: the value does not apply.").replace("{small}", str(SMALL_N))
 DELTAS_COLUMNS = ["model", "task", "task_config", "method", "label", "budget", "metric", "unit", "value",
                   "reference", "delta", "ci_low", "ci_high", "p_value", "n_items", "n_run", "n_reference", "subset",
                   "meaningful", "n_acted", "delta_acted", "gen_tokens_change"]
