@@ -18,7 +18,7 @@ from evals.report.paired import paired_deltas, subset_notes
 from evals.report.plots import plot
 from evals.report.references import reference_table
 from evals.report.system import system_columns, throughput_table
-from evals.report.tables import NOT_MEANINGFUL, behaviour_table, breakdown_tables, headline, pivots
+from evals.report.tables import NOT_MEANINGFUL, behaviour_table, breakdown_tables, headline, pivots, task_title
 from evals.stats import SMALL_N
 from tasks.protocol import hook
 
@@ -219,7 +219,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     table = pd.DataFrame({
-        "model": head["model"], "task": head["task"], "method": head["label"],
+        "model": head["model"], "task": [task_title(t, c) for t, c in zip(head["task"], head["task_config"])],
+        "method": head["label"],
         "budget": head["prompt_budget"].map(lambda b: "full" if pd.isna(b) else str(int(b))),
         "metric": head["metric"] + head["unit"].map(lambda u: f" ({u})" if u else ""),
         "value [95% CI]": [f"{v:.1f} [{lo:.1f}, {hi:.1f}]" if u == "%" and pd.notna(lo) else f"{v:.4g}"
