@@ -277,6 +277,8 @@ def behaviour_table(head: pd.DataFrame, deltas: pd.DataFrame) -> pd.DataFrame:
         if table[metric].notna().any():
             scale = MIB if metric == "mean_kv_bytes_peak" else 1
             out[title] = table[metric].map(lambda v, u=units.get(metric, "%"), s=scale: fmt(v / s, u))
+    if "compression acted (% samples)" in out:  # the full cache is the reference: it never compresses
+        out.loc[table["method"].to_numpy() == "none", "compression acted (% samples)"] = DASH
     if "kv_mib_at_max_new" in table and table["kv_mib_at_max_new"].notna().any():
         out["KV at max_new_tokens (MiB, bound)"] = table["kv_mib_at_max_new"].map(lambda v: fmt(v, "MiB"))
     return out
