@@ -107,6 +107,7 @@ def test_delta_where_compression_acted_and_the_change_in_generated_tokens(tmp_pa
     _run(tmp_path, "snap", "snapstream", 512, {"a": 1, "b": 1, "c": 0, "d": 1}, task, compressed={"c", "d"})
     d = paired_deltas(headline(collect(tmp_path))).iloc[0]
     assert (d["delta"], d["n_acted"], d["delta_acted"]) == (-25.0, 2, -50.0)
+    assert (d["value_acted"], d["reference_acted"]) == (50.0, 100.0)  # items c, d: one right of two
     assert d["gen_tokens_change"] == 2.5  # items c and d generated 5 more tokens each: +10 over 4 items
 
 

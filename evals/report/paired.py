@@ -13,8 +13,9 @@ either. Interval (paired bootstrap) and p-value (sign-flip test): :func:`evals.s
 
 Where compression acted: an item on which some sample of the run dropped a token (the row's ``compressed``,
 :mod:`evals.geometry`); ``delta_acted`` is Δ on those items alone (``n_acted``), so that items a method kept whole
-do not dilute its effect. ``gen_tokens_change``: mean generated tokens per item, run − full cache, on the paired
-items (compression can make a reasoning model think longer).
+do not dilute its effect (``value_acted`` and ``reference_acted``: each run's score on them).
+``gen_tokens_change``: mean generated tokens per item, run − full cache, on the paired items (compression can make
+a reasoning model think longer).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ log = logging.getLogger(__name__)
 
 COLUMNS = ["run", "reference", "delta", "delta_stderr", "delta_ci_lo", "delta_ci_hi", "p_value", "n_paired",
            "n_run", "n_reference", "value_paired", "reference_paired", "subset", "n_acted", "delta_acted",
-           "delta_acted_ci_lo", "delta_acted_ci_hi", "gen_tokens_change"]
+           "delta_acted_ci_lo", "delta_acted_ci_hi", "value_acted", "reference_acted", "gen_tokens_change"]
 USED = ("item_id", "correct", "skipped", "compressed", "gen_tokens")
 
 
@@ -118,8 +119,13 @@ def paired_deltas(head: pd.DataFrame, *, iters: int = 1000, seed: int = 0) -> pd
         n_run, n_ref = len(b.score), len(a.score)
         out.append([run["run"], ref["run"], res.delta, res.stderr, res.ci_lo, res.ci_hi, res.p_value, res.n,
                     n_run, n_ref, float(y.mean()), float(x.mean()), bool(res.n < max(n_run, n_ref)), len(acted),
-                    on_acted.delta, on_acted.ci_lo, on_acted.ci_hi, float(gen) if pd.notna(gen) else math.nan])
+                    on_acted.delta, on_acted.ci_lo, on_acted.ci_hi, _mean(b.score[acted]), _mean(a.score[acted]),
+                    float(gen) if pd.notna(gen) else math.nan])
     return pd.DataFrame(out, columns=COLUMNS)
+
+
+def _mean(values: pd.Series) -> float:
+    return float(values.mean()) if len(values) else math.nan
 
 
 def subset_notes(deltas: pd.DataFrame, head: pd.DataFrame) -> list[str]:

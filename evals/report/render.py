@@ -39,7 +39,8 @@ UNITS_NOTE = ("Units: rates (accuracy, pass@k, cons@n, answered, key_prefix, sha
               "per sample. A dash: the value does not apply.").replace("{small}", str(SMALL_N))
 DELTAS_COLUMNS = ["model", "task", "task_config", "method", "label", "budget", "metric", "unit", "value",
                   "reference", "delta", "ci_low", "ci_high", "p_value", "n_items", "n_run", "n_reference", "subset",
-                  "meaningful", "n_acted", "delta_acted", "gen_tokens_change"]
+                  "meaningful", "n_acted", "value_acted", "reference_acted", "delta_acted",
+                  "gen_tokens_change"]
 
 
 def deltas_table(head: pd.DataFrame, deltas: pd.DataFrame) -> pd.DataFrame:
@@ -47,7 +48,8 @@ def deltas_table(head: pd.DataFrame, deltas: pd.DataFrame) -> pd.DataFrame:
     configuration, method, budget, metric) of the headline. ``value``, ``reference`` and Δ (with its paired 95%
     interval and sign-flip p-value) are on the same ``n_items`` paired items; ``n_run`` and ``n_reference`` are
     each run's own items and ``subset`` says the pairing has fewer than either; ``meaningful``: n reaches SMALL_N;
-    ``delta_acted`` is Δ on the ``n_acted`` items where the method dropped a token; ``gen_tokens_change`` the mean
+    ``delta_acted`` is Δ on the ``n_acted`` items where the method dropped a token (``value_acted`` and
+    ``reference_acted`` the two runs' scores on them); ``gen_tokens_change`` the mean
     generated tokens per item, run − full cache."""
     if deltas.empty:
         return pd.DataFrame(columns=DELTAS_COLUMNS)
@@ -62,6 +64,7 @@ def deltas_table(head: pd.DataFrame, deltas: pd.DataFrame) -> pd.DataFrame:
                      "ci_high": d["delta_ci_hi"], "p_value": d["p_value"], "n_items": int(d["n_paired"]),
                      "n_run": int(d["n_run"]), "n_reference": int(d["n_reference"]), "subset": bool(d["subset"]),
                      "meaningful": bool(d["n_paired"] >= SMALL_N), "n_acted": int(d["n_acted"]),
+                     "value_acted": d["value_acted"], "reference_acted": d["reference_acted"],
                      "delta_acted": d["delta_acted"], "gen_tokens_change": d["gen_tokens_change"]})
     return pd.DataFrame(rows, columns=DELTAS_COLUMNS)
 
