@@ -2,7 +2,10 @@
 
 The headline is the task's report metrics (``REPORT_METRICS``, else its primary metric) on the whole set, each with
 its 95% interval and ``ci_method``, the number of items and of samples, the KV cache held (mean peak per sequence,
-MiB) and the decode throughput (generated tokens per second of generation time). ``results.json`` has the shape of
+MiB), the throughput as a system (generated tokens ÷ wall time of generation, with the rows held at once:
+:mod:`evals.throughput`) beside the mean per-sample latency, and whether the method kept every token of every sample
+(then it says "keeps every token (= full cache)": its outputs are the full cache's, whatever its budget;
+:mod:`evals.geometry`). ``results.json`` has the shape of
 lm-eval's results file (``results`` -> task -> ``"<metric>,none"`` and ``"<metric>_stderr,none"``, ``n-samples``,
 ``config``) plus the interval bounds and the cost figures. Imports no torch.
 """
@@ -15,8 +18,10 @@ import math
 from pathlib import Path
 from typing import Any
 
+from evals.geometry import keeps_every_token
 from evals.rundir import RESULTS
 from evals.stats import SMALL_N
+from evals.throughput import throughput
 
 log = logging.getLogger(__name__)
 
@@ -47,12 +52,15 @@ def run_results(run_dir: Path) -> dict[str, Any]:
     samples = pd.read_csv(samples_path) if samples_path.is_file() else pd.DataFrame()
     n_items = int(samples["item_id"].nunique()) if "item_id" in samples else int(meta.get("n_items") or 0)
     n_rows = len(samples)
-    gen = pd.to_numeric(samples.get("gen_tokens"), errors="coerce") if n_rows else None
-    secs = pd.to_numeric(samples.get("latency_s"), errors="coerce") if n_rows else None
-    tok_s = float(gen.sum() / secs.sum()) if gen is not None and secs is not None and secs.sum() > 0 else None
+    secs = pd.to_numeric(samples["latency_s"], errors="coerce") if "latency_s" in samples else None
+    latency = _num(secs.mean()) if secs is not None and secs.notna().any() else None
     kv = _num(values.get("mean_kv_bytes_peak", {}).get("value"))
     config = meta.get("config", {})
     knobs = meta.get("identity", {}).get("compression", {})
+    lengths = list(zip(samples["prompt_tokens"], samples["gen_tokens"])) if {"prompt_tokens", "gen_tokens"} <= set(
+        samples.columns) else []
+    keeps_all = keeps_every_token(knobs, lengths) if isinstance(knobs, dict) else None
+    system = throughput(meta)
     entry: dict[str, Any] = {"alias": task}
     for m in metrics:
         r = values[m]
@@ -69,7 +77,10 @@ def run_results(run_dir: Path) -> dict[str, Any]:
         "n-samples": {task: {"original": n_items, "effective": n_rows}},
         "small_n": n_items < SMALL_N,
         "kv_mib_mean_peak": None if kv is None else kv / MIB,
-        "gen_tokens_per_s": tok_s,
+        "keeps_every_token": keeps_all,
+        "gen_tokens_per_s": _num(system["tokens_per_s"]),
+        "throughput": system,
+        "latency_s_mean": latency,
         "config": {"model": config.get("model", {}).get("name"), "task": task, "compression": knobs,
                    "gen": config.get("gen", {}), "fingerprint": meta.get("fingerprint")},
         "run_dir": str(run_dir),
@@ -99,9 +110,16 @@ def headline_text(res: dict[str, Any]) -> str:
     cost = [f"{counts['original']} items, {counts['effective']} samples"]
     if res["kv_mib_mean_peak"] is not None:
         cost.append(f"KV held {res['kv_mib_mean_peak']:.2f} MiB (mean peak)")
-    if res["gen_tokens_per_s"] is not None:
-        cost.append(f"{res['gen_tokens_per_s']:.1f} tokens/s generated (prefill included)")
+    if res.get("gen_tokens_per_s") is not None:
+        rows = (res.get("throughput") or {}).get("rows")
+        cost.append(f"throughput {res['gen_tokens_per_s']:.1f} generated tokens/s (wall time of generation, prefill "
+                    f"included, rows held {rows if rows is not None else '?'})")
+    if res.get("latency_s_mean") is not None:
+        cost.append(f"latency {res['latency_s_mean']:.3g} s per sample (mean)")
     lines.append("  " + " · ".join(cost))
+    if res.get("keeps_every_token"):
+        lines.append(f"  {method} keeps every token (= full cache): no sample's prompt and generation exceeded what "
+                     "it holds, so its outputs are the full cache's")
     if res["small_n"]:
         lines.append(f"  fewer than {SMALL_N} items: a pipeline check, not a finding")
     return "\n".join(lines)

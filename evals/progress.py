@@ -31,7 +31,20 @@ def _score(res: dict[str, Any] | None) -> str:
     value = "—" if m["value"] is None else (f"{m['value']:.1f}" if m["unit"] == "%" else f"{m['value']:.4g}")
     ci = "" if m["ci_lo"] is None else (f" [{m['ci_lo']:.1f}, {m['ci_hi']:.1f}]" if m["unit"] == "%" else
                                         f" [{m['ci_lo']:.4g}, {m['ci_hi']:.4g}]")
-    return f"{name} {value}{'%' if m['unit'] == '%' else ''}{ci} (n={m['n']})"
+    return f"{name} {value}{'%' if m['unit'] == '%' else ''}{ci} (n={m['n']}){_cost(res)}"
+
+
+def _cost(res: dict[str, Any]) -> str:
+    """`` · throughput 123.4 tok/s (rows 8) · latency 1.2 s/sample`` from ``results.json`` (what it has)."""
+    parts = []
+    if res.get("gen_tokens_per_s") is not None:
+        rows = (res.get("throughput") or {}).get("rows")
+        parts.append(f"throughput {res['gen_tokens_per_s']:.1f} tok/s (rows {rows if rows is not None else '?'})")
+    if res.get("latency_s_mean") is not None:
+        parts.append(f"latency {res['latency_s_mean']:.3g} s/sample")
+    if res.get("keeps_every_token"):
+        parts.append("keeps every token (= full cache)")
+    return "".join(f" · {p}" for p in parts)
 
 
 class SweepProgress(Callback):

@@ -20,7 +20,8 @@ log = logging.getLogger(__name__)
 BASE_COLUMNS = ["run_id", "fingerprint", "model", "weights", "task", "item_id", "sample_idx", "method"]
 MEASURE_COLUMNS = [
     "seed", "prompt_tokens", "truncated", "gen_tokens", "finish_reason", "thinking_closed",
-    "kv_tokens_peak", "kv_bytes_peak", "latency_s", "prompt_hash", "prediction", "answer", "correct",
+    "kv_tokens_peak", "kv_bytes_peak", "compressed", "kv_tokens_mean", "latency_s", "prompt_hash",
+    "prediction", "answer", "correct",
 ]  # fmt: skip
 
 
@@ -109,7 +110,7 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
-MEASURED_COLUMNS = ("prompt_tokens", "gen_tokens", "latency_s", "kv_tokens_peak", "kv_bytes_peak",
+MEASURED_COLUMNS = ("prompt_tokens", "gen_tokens", "latency_s", "kv_tokens_peak", "kv_bytes_peak", "kv_tokens_mean",
                     "kv_prefill_bytes_peak", "kv_bytes_after_prefill", "kv_bytes_final")
 IDENTITY_COLUMNS = ("task", "model", "method")  # a row whose values differ from the file's first row is foreign
 

@@ -20,6 +20,7 @@ from tqdm.auto import tqdm
 from evals import strict
 from evals.backends import Request, Sample, backend_traits, make_backend
 from evals.backends.base import check_rows
+from evals.geometry import row_geometry
 from evals.headline import show_headline
 from evals.identity import fingerprint, run_identity
 from evals.prompts import PROMPTS, PromptStore, prompt_record
@@ -44,6 +45,7 @@ from evals.rundir import (
     write_atomic,
     write_hydra_files,
 )
+from evals.throughput import GenClock
 from snapstream_core.api import compression_from_config
 from snapstream_core.methods import knob_names
 from snapstream_core.methods.base import CompressionMethod
@@ -319,12 +321,15 @@ def _generate_and_score(cfg: DictConfig, p: RunPlan, items: list, replay=None) -
         log.info("resuming %s: %d rows already there, %d items to go", p.run_dir, len(done), len(work))
     prompts = PromptStore(p.run_dir / PROMPTS)
     total = sum(len(w.sample_idx) for w in work)
+    clock = GenClock(rows=p.rows if p.rows is not None else cfg.gen.get("rows"),
+                     measured=backend_traits(cfg.backend.name).loads_weights)
     with RowWriter(samples_path) as writer, _Progress(cfg, p, total) as progress:
-        for ended in _produce(cfg, p, backend, work, prompts):
+        for ended in clock.timed(_produce(cfg, p, backend, work, prompts)):
             for outcome in _score(cfg, p, ended):
                 writer.write(_row(cfg, p, outcome))
             progress.update(ended)
-    return backend.meta() if hasattr(backend, "meta") else {}
+    info = backend.meta() if hasattr(backend, "meta") else {}
+    return {**info, **clock.meta(info)}
 
 
 def _copy_if_same(cfg: DictConfig, p: RunPlan, items: list, done: set[tuple[str, int]]) -> dict[str, Any] | None:
@@ -509,6 +514,7 @@ def _row(cfg: DictConfig, p: RunPlan, o: Outcome) -> dict[str, Any]:
         "kv_bytes_peak": s.kv.get("kv_bytes_peak"),
         "latency_s": s.latency_s,
         "prompt_hash": req.prompt_hash,
+        **row_geometry(p.method, s.prompt_tokens, s.gen_tokens),  # compressed, kv_tokens_mean
     }
     row.update({k: v for k, v in {**s.kv, **s.measured}.items() if k not in row})
     row.update({"prediction": None, "answer": None, "correct": None})

@@ -20,6 +20,13 @@ are what a benchmark draws from a population; samples of one item are not indepe
   coverage down to a few items (Brown, Cai & DasGupta 2001). ``evals.summary`` uses it for every rate whose items
   each score 0 or 1 (one sample per item, or a per-item verdict); other metrics keep the percentile bootstrap.
 
+- :func:`bounded_rate_interval`: for a rate whose items score anywhere in [0, 1] (pass@1 over several samples), the
+  Wilson interval of the mean over the items: a variable in [0, 1] with mean ``p`` has variance at most
+  ``p (1 - p)``, so the interval is conservative at any n. ``evals.summary`` uses it where the percentile bootstrap is
+  not valid: fewer than ``SMALL_N`` items, or a bootstrap of equal values (zero width, which no data supports).
+  A metric that is not a rate gets no interval there (``n.m.``, not meaningful) rather than a zero-width one;
+  :func:`paired_bootstrap` likewise gives no interval when every paired difference is equal.
+
 Every function takes a ``seed``; the same inputs and seed give the same numbers.
 """
 
@@ -74,6 +81,18 @@ def wilson(k: float, n: int, level: float = LEVEL) -> tuple[float, float]:
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
     return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def bounded_rate_interval(mean: float, n: int, level: float = LEVEL) -> tuple[float, float]:
+    """``(lo, hi)`` for the mean ``mean`` (in [0, 1]) of ``n`` items each in [0, 1]: the Wilson interval of a
+    proportion ``mean`` over ``n`` trials, conservative for bounded items (their variance is at most
+    ``mean (1 - mean)``); NaN for ``n == 0``."""
+    return wilson(min(max(mean, 0.0), 1.0) * n, n, level)
+
+
+def zero_width(lo: float, hi: float) -> bool:
+    """Whether an interval collapsed to a point (both ends finite and equal)."""
+    return math.isfinite(lo) and math.isfinite(hi) and math.isclose(lo, hi, rel_tol=0.0, abs_tol=1e-12)
 
 
 def _z(level: float) -> float:
@@ -170,7 +189,10 @@ def paired_bootstrap(
     if n < 2:
         return PairedDelta(delta, math.nan, math.nan, math.nan, math.nan, n)
     reps = d[resample_indices(n, iters, seed)].mean(axis=1)
-    return PairedDelta(delta, mean_stderr(d), *_interval(reps, level), sign_flip_p(d, iters=iters, seed=seed), n)
+    lo, hi = _interval(reps, level)
+    if zero_width(lo, hi):  # every difference equal: the resamples cannot see any spread, so none is claimed
+        lo = hi = math.nan
+    return PairedDelta(delta, mean_stderr(d), lo, hi, sign_flip_p(d, iters=iters, seed=seed), n)
 
 
 def sign_flip_p(d: Sequence[float], *, iters: int = ITERS, seed: int = SEED) -> float:

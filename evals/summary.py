@@ -10,12 +10,17 @@ Units, one per metric kind (the ``unit`` column says which):
   ``mean_latency_s``: seconds; metrics a task reports in its own unit (lm-eval's) keep it (``unit`` empty).
 
 Behaviour columns shared by all tasks, the ones that explain a drop: ``share_gen_truncated`` (generation stopped
-by ``max_new_tokens``, ``finish_reason == "length"``), ``share_prompt_truncated`` (prompt cut to the context
+by ``max_new_tokens``, ``finish_reason == "length"``), ``share_compressed`` (the method dropped a token of the sample,
+:mod:`evals.geometry`; 0 for a run that keeps every token), ``mean_kv_tokens_mean`` (KV tokens held, mean over
+decoding, beside ``mean_kv_tokens_peak``), ``share_prompt_truncated`` (prompt cut to the context
 limit, the row's ``truncated``), ``share_think_unclosed`` (a thinking model that never closed ``</think>``).
 
 Intervals of rates whose items each score 0 or 100 % (one sample per item, or a per-item verdict) are Wilson score
 intervals over the items (:func:`evals.stats.wilson`: right at 0 and at n, where a bootstrap of a constant gives a
-zero-width interval); ``ci_method`` says which interval a row has (``wilson``, ``bootstrap``, ``normal``).
+zero-width interval); ``ci_method`` says which interval a row has (``wilson``, ``bootstrap``, ``normal``,
+``wilson_bounded``, ``n.m.``). Other rates on fewer than ``SMALL_N`` items, or whose bootstrap collapses to a point
+(every item scored the same fraction), get the bounded Wilson interval (:func:`evals.stats.bounded_rate_interval`);
+another metric whose bootstrap collapses gets no interval (``n.m.``), never a zero-width one.
 
 Uncertainty otherwise: the task's ``summarize`` is recomputed on ``BOOTSTRAP_ITERS`` resamples of the **items** (an
 item keeps all its samples, so pass@k and cons@n resample problems with their samples); ``stderr`` is the replicates'
@@ -40,7 +45,17 @@ from types import ModuleType
 import numpy as np
 import pandas as pd
 
-from evals.stats import SEED, from_replicates, ratio_replicates, resample_counts, resample_indices, wilson
+from evals.stats import (
+    SEED,
+    SMALL_N,
+    bounded_rate_interval,
+    from_replicates,
+    ratio_replicates,
+    resample_counts,
+    resample_indices,
+    wilson,
+    zero_width,
+)
 from snapstream_core.methods import knob_names
 from snapstream_core.methods.base import CompressionMethod
 from tasks import terms
@@ -49,10 +64,12 @@ from tasks.protocol import hook
 log = logging.getLogger(__name__)
 
 SUMMARY_COLUMNS = ["model", "task", "method", "prompt_budget", "recent", "metric", "group", "value", "n"]
-UNCERTAINTY_COLUMNS = ["stderr", "ci_lo", "ci_hi", "unit", "ci_method"]  # ci_method: wilson | bootstrap | normal
+# ci_method: wilson | bootstrap | normal | wilson_bounded | n.m.
+UNCERTAINTY_COLUMNS = ["stderr", "ci_lo", "ci_hi", "unit", "ci_method"]
 RUN_COLUMNS = ["fingerprint"]  # the run's identity hash (evals/identity.py), last, so the report can group by run
 FROM_ROWS = ("run_id", "fingerprint")  # one value per run: taken from its rows
-COST_UNITS = {"gen_tokens": "tokens", "kv_tokens_peak": "tokens", "kv_bytes_peak": "bytes", "latency_s": "s"}
+COST_UNITS = {"gen_tokens": "tokens", "kv_tokens_peak": "tokens", "kv_tokens_mean": "tokens", "kv_bytes_peak": "bytes",
+              "latency_s": "s"}
 RATE = re.compile(r"^(accuracy|compensated|answered|key_prefix|pass@\d+|cons@\d+|share_\w+)$")
 BOOTSTRAP_ITERS = 200
 ItemTerms = tuple[np.ndarray, np.ndarray]  # (num, den), each (n_items,): a metric as sum(num) / sum(den)
@@ -96,6 +113,8 @@ def _behaviour(rows: pd.DataFrame, thinking: bool) -> list[tuple[str, pd.Series,
             out.append((f"mean_{col}", values, values.notna(), 1.0))
     if "finish_reason" in rows.columns:
         out.append(("share_gen_truncated", rows["finish_reason"] == "length", rows["finish_reason"].notna(), 100.0))
+    if "compressed" in rows.columns:  # the method dropped a token of the sample (evals/geometry.py)
+        out.append(("share_compressed", _truthy(rows["compressed"]), rows["compressed"].notna(), 100.0))
     if "truncated" in rows.columns:
         out.append(("share_prompt_truncated", _truthy(rows["truncated"]), rows["truncated"].notna(), 100.0))
     if thinking and "thinking_closed" in rows.columns:
@@ -253,14 +272,30 @@ def with_uncertainty(task: ModuleType, rows: pd.DataFrame, cfg, *, iters: int = 
             hi.append(100.0 * w_hi)
             how.append("wilson")
         else:
-            stderr.append(e.stderr)
-            lo.append(e.ci_lo)
-            hi.append(e.ci_hi)
-            how.append("bootstrap" if not math.isnan(e.ci_lo) else "")
+            honest = _small_n_interval(str(keys[j][0]), e, min(int(point["n"].iloc[j]), n_items))
+            stderr.append(honest[0])
+            lo.append(honest[1])
+            hi.append(honest[2])
+            how.append(honest[3])
     point["stderr"], point["ci_lo"], point["ci_hi"] = stderr, lo, hi
     point["unit"] = point["metric"].map(_unit)
     point["ci_method"] = how
     return point
+
+
+def _small_n_interval(metric: str, e, n: int) -> tuple[float, float, float, str]:
+    """``(stderr, lo, hi, ci_method)`` of a bootstrap estimate ``e`` over ``n`` items, made honest where the
+    percentile bootstrap is not: a rate on fewer than SMALL_N items or with a zero-width interval gets the bounded
+    Wilson interval (:func:`evals.stats.bounded_rate_interval`, ``wilson_bounded``); another metric with a
+    zero-width interval gets none (``n.m.``)."""
+    collapsed = zero_width(e.ci_lo, e.ci_hi)
+    if RATE.match(metric) and math.isfinite(e.value) and n >= 1 and (n < SMALL_N or collapsed):
+        p = min(max(e.value / 100.0, 0.0), 1.0)
+        w_lo, w_hi = bounded_rate_interval(p, n)
+        return 100.0 * math.sqrt(p * (1 - p) / n), 100.0 * w_lo, 100.0 * w_hi, "wilson_bounded"
+    if collapsed:
+        return math.nan, math.nan, math.nan, "n.m."
+    return e.stderr, e.ci_lo, e.ci_hi, ("bootstrap" if not math.isnan(e.ci_lo) else "")
 
 
 def _binary_trials(item_terms: ItemTerms | None, value: float, n: int, est) -> tuple[int, int] | None:

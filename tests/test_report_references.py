@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pandas as pd
@@ -11,8 +12,11 @@ from evals.report.references import load_references, published_stderr, reference
 
 
 def summary(rows):
-    base = {"method": "none", "stderr": 2.0, "unit": "percent", "run": "r"}
+    base = {"method": "none", "stderr": 2.0, "unit": "%", "run": "r"}  # "%": the unit evals.summary writes
     return pd.DataFrame([{**base, **r} for r in rows])
+
+
+NO_COT = {"r": {"task": {"name": "longbench_v2", "cot": False}}}
 
 
 def test_every_reference_has_a_source_and_the_issue_figures():
@@ -46,18 +50,18 @@ def test_rows_match_none_runs_only_and_flag_outside_values():
          "value": 25.0, "n": 20},
         {"model": "tiny_llama", "task": "aime24", "metric": "pass@1", "group": "all", "value": 0.0, "n": 3},
     ])
-    rows = reference_rows(s)
-    aime = rows[rows.task == "aime24"].set_index("reference")
-    assert set(aime.index) == {50.4, 43.9}  # both published pass@1 figures, only the none run
-    assert not aime.loc[50.4, "outside"] and not aime.loc[43.9, "outside"]  # within ±9-point noise
-    assert aime.loc[50.4, "delta"] == pytest.approx(48.0 - 50.4)
-    lb = rows[(rows.task == "longbench_v2") & (rows.group == "all")].iloc[0]
+    rows = reference_rows(s, identities=NO_COT)
+    aime = rows[rows.task == "aime24"]
+    assert set(aime["reference"]) == {50.4, 43.9} and set(aime["method"]) == {"none"}  # the none run only
+    assert not aime["outside"].any()  # within ±9-point noise
+    assert aime[aime.reference == 50.4]["delta"].tolist() == pytest.approx([48.0 - 50.4] * 2)  # card, TriAttention
+    lb = rows[(rows.task == "longbench_v2") & (rows.group == "all") & rows.comparable].iloc[0]
     assert lb["outside"]  # 45 vs 30.0 ± 2.0 (n=503) with our ± 2.0: z ≈ 5.3
     assert lb["ref_ci_lo"] < 30.0 < lb["ref_ci_hi"]
     long = rows[rows.group == "length=long"].iloc[0]
     assert long["subset"] and not long["outside"]
     assert "tiny_llama" not in set(rows.model)
-    table = reference_table(s)
+    table = reference_table(s, NO_COT)
     assert table["check"].str.contains("OUTSIDE").sum() == 1 and table["source"].str.len().min() > 0
 
 
@@ -83,10 +87,58 @@ def test_report_sections_show_the_references(tmp_path):
     run.mkdir()
     pd.DataFrame([{"model": "llama31_8b_instruct", "task": "longbench_v2", "method": "none",
                    "prompt_budget": float("nan"), "recent": float("nan"), "metric": "accuracy", "group": "all",
-                   "value": 31.0, "n": 503, "stderr": 2.0, "ci_lo": 27.0, "ci_hi": 35.0, "unit": "percent",
+                   "value": 31.0, "n": 503, "stderr": 2.0, "ci_lo": 27.0, "ci_hi": 35.0, "unit": "%",
                    "run_id": "x", "fingerprint": "f"}]).to_csv(run / "summary.csv", index=False)
+    (run / "meta.json").write_text(json.dumps({"identity": {"task": {"name": "longbench_v2", "cot": False}}}))
     _summary, _head, tables, _deltas = _sections(tmp_path)
     title, table = tables[0]
     assert title.startswith("Published references")
-    assert table.iloc[0]["published"].startswith("30.0 ± 2.0")
-    assert "LongBench-v2 leaderboard" in table.iloc[0]["source"]
+    row = table.set_index("published").filter(like="30.0 ± 2.0", axis=0).iloc[0]
+    assert "LongBench-v2 leaderboard" in row["source"] and row["check"] == "within"
+    cot = table[table["published"].str.startswith("30.4")].iloc[0]  # the CoT figure: listed, never compared
+    assert cot["check"].startswith("NOT COMPARABLE: task.cot: ours false, published true") and cot["Δ"] == "—"
+
+
+@pytest.mark.parametrize("unit", ["%", "percent", ""])
+def test_every_unit_a_rate_is_written_in_matches(unit):
+    s = summary([{"model": "r1_distill_llama_8b", "task": "aime24", "metric": "pass@1", "group": "all",
+                  "value": 50.0, "n": 30, "unit": unit}])
+    assert 50.4 in set(reference_rows(s)["reference"])
+    s["unit"] = "tokens"
+    assert reference_rows(s).empty
+
+
+def test_a_cot_run_is_never_compared_with_a_no_cot_reference():
+    s = summary([{"model": "llama31_8b_instruct", "task": "longbench_v2", "metric": "accuracy", "group": "all",
+                  "value": 30.0, "n": 503}])
+    for cot, comparable_with in ((True, 30.4), (False, 30.0)):
+        rows = reference_rows(s, identities={"r": {"task": {"name": "longbench_v2", "cot": cot}}})
+        ok = rows[rows.comparable]
+        assert ok["reference"].tolist() == [comparable_with]
+        other = rows[~rows.comparable]
+        assert len(other) == 1 and other["delta"].isna().all() and other["z"].isna().all()
+        assert f"task.cot: ours {str(cot).lower()}" in other["not_comparable"].iloc[0]
+    unknown = reference_rows(s)  # no meta.json: the protocol is unknown, so nothing is compared
+    assert len(unknown) == 2 and not unknown["comparable"].any()
+    assert unknown["not_comparable"].str.startswith("protocol unknown").all()
+
+
+def test_compressed_references_match_on_method_and_budget_with_a_setup_diff():
+    ident = {"r": {"model": {"family": "r1"}, "gen": {"n_samples": 4, "temperature": 0.6, "max_new_tokens": 32768},
+                   "task": {"templates": {"r1": "{problem}\nPlease reason step by step, and put your final answer "
+                                                "within \\boxed{}."}},
+                   "compression": {"method": "snapkv", "prompt_budget": 512, "window": 32}}}
+    base = {"model": "r1_distill_llama_8b", "task": "aime24", "metric": "pass@1", "group": "all", "value": 7.5,
+            "n": 30, "method": "snapkv"}
+    rows = reference_rows(summary([{**base, "prompt_budget": 512}]), identities=ident)
+    assert rows["reference"].tolist() == [5.0] and rows["comparable"].all()  # SnapKV @ 512; not R-KV, not full
+    diff = rows["setup_diff"].iloc[0]
+    assert "samples 4 (64)" in diff and "max_new_tokens =" in diff and "temperature 0.6 (not stated)" in diff
+    assert "budget prompt_budget=512, window=32 (512 KV tokens for the whole sequence" in diff
+    assert reference_rows(summary([{**base, "prompt_budget": 1024}]), identities=ident).empty  # another budget
+    card = reference_rows(summary([{**base, "method": "none", "value": 45.0}]), identities={
+        "r": {**ident["r"], "compression": {"method": "none"}}})
+    row = card[card.source.str.startswith("DeepSeek-R1 model card") & (card.reference == 50.4)].iloc[0]
+    assert "template =" in row["setup_diff"] and "temperature =" in row["setup_diff"]
+    table = reference_table(summary([{**base, "prompt_budget": 512, "ci_lo": 2.0, "ci_hi": 20.0}]), ident)
+    assert table["method"].tolist() == ["snapkv @ 512"] and table["ours"].iloc[0] == "7.5 ± 2.0 [2.0, 20.0]"

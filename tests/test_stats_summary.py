@@ -60,9 +60,10 @@ def test_resamples_items_with_their_samples_and_reports_percent(with_terms):
     if with_terms:  # each item scores 0 or 100: a proportion of 2 items, with its Wilson interval
         assert (p["ci_lo"], p["ci_hi"]) == pytest.approx(tuple(100 * b for b in wilson(1, 2)))
         assert p["ci_method"] == "wilson"
-    else:  # no item terms: the items' values are unknown here, so the percentile bootstrap stands
-        assert (p["ci_lo"], p["ci_hi"]) == (0.0, 100.0)
-        assert p["ci_method"] == "bootstrap"
+    else:  # no item terms: the items' values are unknown here; on 2 items (< SMALL_N) the percentile bootstrap is
+        # not valid, so the bounded Wilson interval of the mean over 2 items stands (conservative for items in [0, 1])
+        assert (p["ci_lo"], p["ci_hi"]) == pytest.approx(tuple(100 * b for b in wilson(1, 2)))
+        assert p["ci_method"] == "wilson_bounded"
     cut = metric(out, "share_gen_truncated")
     assert (cut["value"], cut["unit"], cut["n"]) == (50.0, "%", 4)
     tokens = metric(out, "mean_gen_tokens")
@@ -72,7 +73,7 @@ def test_resamples_items_with_their_samples_and_reports_percent(with_terms):
 
 
 @pytest.mark.parametrize("with_terms", [True, False])
-def test_a_constant_outcome_has_a_wilson_interval_and_one_item_has_none(with_terms):
+def test_a_constant_outcome_has_a_wilson_interval_and_one_item_a_bounded_one(with_terms):
     # 3 of 3 right is not "exactly 100 %": the Wilson interval is [43.9, 100], where a bootstrap of a constant
     # would give the false [100, 100]
     task = toy_task("percent", with_terms)
@@ -81,8 +82,23 @@ def test_a_constant_outcome_has_a_wilson_interval_and_one_item_has_none(with_ter
     assert same["ci_lo"] == pytest.approx(100 * wilson(3, 3)[0]) and 40 < same["ci_lo"] < 50
     none = metric(with_uncertainty(task, rows({"A": [0], "B": [0], "C": [0]}), CFG, iters=50), "pass@1")
     assert (none["value"], none["ci_lo"]) == (0.0, 0.0) and none["ci_hi"] == pytest.approx(100 * wilson(0, 3)[1])
-    one = metric(with_uncertainty(task, rows({"A": [1, 0]}), CFG), "pass@1")
-    assert one["value"] == 50.0 and math.isnan(one["stderr"]) and math.isnan(one["ci_lo"])
+    one = metric(with_uncertainty(task, rows({"A": [1, 0]}), CFG), "pass@1")  # one item at 50 %: no spread seen
+    assert one["value"] == 50.0 and one["ci_method"] == "wilson_bounded"
+    assert (one["ci_lo"], one["ci_hi"]) == pytest.approx(tuple(100 * b for b in wilson(0.5, 1)))
+
+
+def test_equal_fractional_items_never_get_a_zero_width_interval():
+    """8 items each right on 1 of 2 samples: every bootstrap resample has mean 50, a false [50, 50]; the bounded
+    Wilson interval over the 8 items is used instead, and a non-rate with no spread gets no interval (n.m.)."""
+    data = rows({k: [1, 0] for k in "ABCDEFGH"})
+    for with_terms in (True, False):
+        p = metric(with_uncertainty(toy_task("percent", with_terms), data, CFG, iters=100), "pass@1")
+        assert p["value"] == 50.0 and p["ci_method"] == "wilson_bounded"
+        assert p["ci_lo"] < 30 and p["ci_hi"] > 70
+        assert (p["ci_lo"], p["ci_hi"]) == pytest.approx(tuple(100 * b for b in wilson(4, 8)))
+    big = rows({f"i{k}": [1, 0] for k in range(25)})  # 25 items >= SMALL_N, still all equal
+    p = metric(with_uncertainty(toy_task("percent"), big, CFG, iters=100), "pass@1")
+    assert p["ci_method"] == "wilson_bounded" and p["ci_hi"] - p["ci_lo"] > 30
 
 
 def test_same_seed_same_numbers():

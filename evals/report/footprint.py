@@ -20,6 +20,8 @@ MIB = 1024 * 1024
 
 
 def _bytes_per_entry(rows: pd.DataFrame) -> float:
+    if not {"kv_tokens_peak", "kv_bytes_peak"} <= set(rows.columns):
+        return math.nan
     tokens = pd.to_numeric(rows.get("kv_tokens_peak"), errors="coerce")
     size = pd.to_numeric(rows.get("kv_bytes_peak"), errors="coerce")
     ok = (tokens > 0) & size.notna()
@@ -72,8 +74,10 @@ def kv_at_max_new(head: pd.DataFrame) -> pd.Series:
 
 def inversion_notes(head: pd.DataFrame) -> list[str]:
     """One sentence per compressed run whose measured KV peak exceeds its full cache's (same model and task)."""
+    from evals.report.tables import GROUP, task_title, with_config
+
     notes = []
-    for (model, task), frame in head.groupby(["model", "task"], sort=False):
+    for (model, task, config), frame in with_config(head).groupby(GROUP, sort=False):
         full = frame[frame["method"] == "none"]
         if full.empty or full["mean_kv_bytes_peak"].isna().all():
             continue
@@ -91,7 +95,8 @@ def inversion_notes(head: pd.DataFrame) -> list[str]:
                       f"{full_bound:.2f} MiB); the rest are slots reserved for longer generations, over which the full "
                       "cache keeps growing and the method does not." if pd.notna(bound) and pd.notna(full_bound)
                       else "")
-            notes.append(f"{task} · {model}: {run['label']}{budget} held {held:.2f} MiB, more than the full cache's "
+            where = task_title(task, config)
+            notes.append(f"{where} · {model}: {run['label']}{budget} held {held:.2f} MiB, more than the full cache's "
                          f"{full_mib:.2f} MiB, because the generations were short ({gen_text}): the full cache grows "
                          f"with what it holds, while the method allocates its budget and ring slots when decoding "
                          f"starts.{at_max}")

@@ -5,6 +5,10 @@ row or cell of a table, whatever its knobs), ``fingerprint`` (from the row or fr
 the fingerprint of the run's identity without its compression (model, task and data, sampling, backend), which is
 what a compressed run and its full-cache run share (:mod:`evals.report.paired`), and ``same_as``: the full-cache run
 whose rows the run copied instead of generating them (evals/alias.py), else empty.
+
+``task_config`` labels the run's task configuration (its identity's ``task`` part: the task's settings and its data)
+by the settings that differ between runs of the same task, ``context_tokens=1024`` (empty when every run of the
+task has the same): runs of two configurations are never in one table, curve or paired comparison.
 """
 
 from __future__ import annotations
@@ -107,6 +111,8 @@ def collect(root: Path) -> pd.DataFrame:
         frame["pair_key"] = pair_key(meta)
         frame["same_as"] = _relative(meta.get("same_as"), root)
         frame["run_dir"] = str(path.parent)
+        task = meta.get("identity", {}).get("task") if isinstance(meta.get("identity"), dict) else None
+        frame["task_settings"] = json.dumps(task, sort_keys=True, default=str) if isinstance(task, dict) else ""
         frames.append(frame)
     if not frames:
         raise ValueError(f"DIR: no readable summary.csv under {root} ({len(files)} skipped)")
@@ -117,4 +123,62 @@ def collect(root: Path) -> pd.DataFrame:
     if "unit" not in out.columns:
         out["unit"] = ""
     out["unit"] = out["unit"].fillna("")
+    out["task_config"] = task_config_labels(out)
+    return out
+
+
+DERIVED = ("data_sha256", "items_read")  # follow from the other settings and the data: shown only when alone
+
+
+def _flat(settings: dict, prefix: str = "") -> dict[str, object]:
+    out: dict[str, object] = {}
+    for key, value in settings.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{name}."))
+        else:
+            out[name] = value
+    return out
+
+
+def _text(value: object) -> str:
+    if isinstance(value, bool) or value is None:
+        return str(value).lower()
+    return str(value) if not isinstance(value, list) else ",".join(map(str, value))
+
+
+def task_config_labels(summary: pd.DataFrame) -> pd.Series:
+    """Per summary row, its run's task configuration named by the settings that differ from the other runs of the
+    same task (``context_tokens=1024, limit=3``); ``data=<sha>`` when only the data differ; ``settings unknown``
+    for a run without ``meta.json`` among runs with one; empty when the task has one configuration."""
+    labels = pd.Series("", index=summary.index, dtype=object)
+    settings = summary["task_settings"] if "task_settings" in summary.columns else pd.Series("", index=summary.index)
+    for _, frame in summary.groupby("task", sort=False):
+        configs = {s: _flat(json.loads(s)) for s in dict.fromkeys(settings[frame.index]) if s}
+        unknown = (settings[frame.index] == "").any()
+        if len(configs) + int(unknown) < 2:
+            continue
+        keys = sorted({k for c in configs.values() for k in c})
+        differ = [k for k in keys if len({_text(c.get(k)) for c in configs.values()}) > 1]
+        shown = [k for k in differ if k.split(".")[-1] not in DERIVED]
+        named: dict[str, str] = {}
+        for text, flat in configs.items():
+            if shown:
+                named[text] = ", ".join(f"{k}={_text(flat.get(k))}" for k in shown)
+            elif differ:
+                named[text] = f"data={str(flat.get('data_sha256', ''))[:8]}"
+            else:
+                named[text] = "settings known"
+        for idx in frame.index:
+            labels[idx] = named.get(settings[idx], "settings unknown")
+    return labels
+
+
+def identities(summary: pd.DataFrame) -> dict[str, dict]:
+    """``run -> identity`` (``meta.json``'s) for every run of ``summary`` that has one."""
+    out = {}
+    for run, run_dir in summary[["run", "run_dir"]].drop_duplicates().itertuples(index=False):
+        identity = _meta(Path(run_dir)).get("identity")
+        if isinstance(identity, dict):
+            out[str(run)] = identity
     return out

@@ -2,14 +2,27 @@
 
 The per-item score is the mean of ``correct`` over the item's samples (in the unit of the headline: percent for
 rates), which is the headline metric of needle and LongBench-v2 (accuracy) and of AIME and LiveCodeBench (pass@1).
-The reference is the ``method=none`` run with the same ``pair_key`` (same model, task and data, sampling and backend;
-:mod:`evals.report.load`); runs without a ``meta.json`` fall back to the only ``none`` run of their (model, task).
-Interval (paired bootstrap) and p-value (sign-flip test): :func:`evals.stats.paired_bootstrap` over the paired items.
+Rows marked ``skipped`` (LongBench-v2 ``task.protocol=drop_empty``) leave the item's mean, and an item with only
+skipped rows leaves the pairing, as they leave the headline. The reference is the ``method=none`` run with the same
+``pair_key`` (same model, task and data, sampling and backend; :mod:`evals.report.load`) and the same task
+configuration; runs without a ``meta.json`` fall back to the only ``none`` run of their (model, task, config).
+
+One basis per row: ``value_paired``, ``reference_paired`` and ``delta`` are all on the ``n_paired`` items both runs
+scored; ``n_run`` and ``n_reference`` are each run's own items, and ``subset`` flags a pairing on fewer items than
+either. Interval (paired bootstrap) and p-value (sign-flip test): :func:`evals.stats.paired_bootstrap`.
+
+Where compression acted: an item on which some sample of the run dropped a token (the row's ``compressed``,
+:mod:`evals.geometry`); ``delta_acted`` is Δ on those items alone (``n_acted``), so that items a method kept whole
+do not dilute its effect (``value_acted`` and ``reference_acted``: each run's score on them).
+``gen_tokens_change``: mean generated tokens per item, run − full cache, on the paired items (compression can make
+a reasoning model think longer).
 """
 
 from __future__ import annotations
 
 import logging
+import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -18,24 +31,57 @@ from evals.stats import paired_bootstrap
 
 log = logging.getLogger(__name__)
 
-COLUMNS = ["run", "reference", "delta", "delta_stderr", "delta_ci_lo", "delta_ci_hi", "p_value", "n_paired"]
+COLUMNS = ["run", "reference", "delta", "delta_stderr", "delta_ci_lo", "delta_ci_hi", "p_value", "n_paired",
+           "n_run", "n_reference", "value_paired", "reference_paired", "subset", "n_acted", "delta_acted",
+           "delta_acted_ci_lo", "delta_acted_ci_hi", "value_acted", "reference_acted", "gen_tokens_change"]
+USED = ("item_id", "correct", "skipped", "compressed", "gen_tokens")
 
 
-def item_scores(run_dir: str | Path, scale: float = 1.0) -> pd.Series | None:
-    """Mean ``correct`` per ``item_id`` (times ``scale``) from the run's ``samples.csv``; None without one."""
+def _truth(value) -> float:
+    if isinstance(value, str):
+        return float(value.strip().lower() in ("true", "1", "1.0"))
+    return 0.0 if pd.isna(value) else float(value)
+
+
+@dataclass(frozen=True)
+class ItemData:
+    """Per ``item_id`` (string index): ``score`` (mean correct times the scale), ``acted`` (some sample dropped a
+    token; False where the rows do not say) and ``gen`` (mean generated tokens; NaN where not measured)."""
+
+    score: pd.Series
+    acted: pd.Series
+    gen: pd.Series
+
+
+def item_data(run_dir: str | Path, scale: float = 1.0) -> ItemData | None:
+    """:class:`ItemData` from the run's ``samples.csv``; None without one (or without ``item_id``/``correct``)."""
     path = Path(run_dir) / "samples.csv"
     if not path.is_file():
         return None
-    rows = pd.read_csv(path, usecols=lambda c: c in ("item_id", "correct"))
+    rows = pd.read_csv(path, usecols=lambda c: c in USED)
     if not {"item_id", "correct"} <= set(rows.columns) or rows.empty:
         return None
-    correct = rows["correct"].map(lambda v: float(str(v).strip().lower() in ("true", "1", "1.0")) if isinstance(
-        v, str) else (0.0 if pd.isna(v) else float(v)))
-    return correct.groupby(rows["item_id"].astype(str), sort=True).mean() * scale
+    if "skipped" in rows.columns:  # left out of every denominator, as the task's summary leaves them
+        rows = rows[~rows["skipped"].map(lambda v: bool(_truth(v)))]
+    ids = rows["item_id"].astype(str)
+    score = rows["correct"].map(_truth).groupby(ids, sort=True).mean() * scale
+    acted = (rows["compressed"].map(lambda v: bool(_truth(v))) if "compressed" in rows.columns
+             else pd.Series(False, index=rows.index)).groupby(ids, sort=True).any()
+    gen = (pd.to_numeric(rows["gen_tokens"], errors="coerce") if "gen_tokens" in rows.columns
+           else pd.Series(math.nan, index=rows.index)).groupby(ids, sort=True).mean()
+    return ItemData(score, acted, gen)
+
+
+def item_scores(run_dir: str | Path, scale: float = 1.0) -> pd.Series | None:
+    """Mean ``correct`` per ``item_id`` (times ``scale``), skipped rows left out; None without ``samples.csv``."""
+    data = item_data(run_dir, scale)
+    return None if data is None else data.score
 
 
 def _reference(run: pd.Series, nones: pd.DataFrame) -> pd.Series | None:
     same = nones[(nones["model"] == run["model"]) & (nones["task"] == run["task"])]
+    if "task_config" in nones.columns:
+        same = same[same["task_config"].fillna("") == (run.get("task_config") or "")]
     if isinstance(run.get("pair_key"), str):
         same = same[same["pair_key"] == run["pair_key"]]
     elif len(same) != 1:
@@ -46,11 +92,11 @@ def _reference(run: pd.Series, nones: pd.DataFrame) -> pd.Series | None:
 def paired_deltas(head: pd.DataFrame, *, iters: int = 1000, seed: int = 0) -> pd.DataFrame:
     """One row per compressed run of ``head`` (see :func:`evals.report.tables.headline`) that has a reference."""
     nones = head[head["method"] == "none"]
-    cache: dict[str, pd.Series | None] = {}
+    cache: dict[str, ItemData | None] = {}
 
-    def scores(run: pd.Series) -> pd.Series | None:
+    def data(run: pd.Series) -> ItemData | None:
         if run["run"] not in cache:
-            cache[run["run"]] = item_scores(run["run_dir"], 100.0 if run["unit"] == "%" else 1.0)
+            cache[run["run"]] = item_data(run["run_dir"], 100.0 if run["unit"] in ("%", "percent") else 1.0)
         return cache[run["run"]]
 
     out = []
@@ -58,13 +104,36 @@ def paired_deltas(head: pd.DataFrame, *, iters: int = 1000, seed: int = 0) -> pd
         ref = _reference(run, nones)
         if ref is None:
             continue
-        a, b = scores(ref), scores(run)
+        a, b = data(ref), data(run)
         if a is None or b is None:
             continue
-        common = a.index.intersection(b.index)
+        common = a.score.index.intersection(b.score.index)
         if len(common) == 0:
             log.warning("report: %s and %s share no items; no paired delta", run["run"], ref["run"])
             continue
-        res = paired_bootstrap(a[common].to_numpy(), b[common].to_numpy(), iters=iters, seed=seed)
-        out.append([run["run"], ref["run"], res.delta, res.stderr, res.ci_lo, res.ci_hi, res.p_value, res.n])
+        x, y = a.score[common].to_numpy(), b.score[common].to_numpy()
+        res = paired_bootstrap(x, y, iters=iters, seed=seed)
+        acted = common[b.acted.reindex(common, fill_value=False).to_numpy(dtype=bool)]
+        on_acted = paired_bootstrap(a.score[acted].to_numpy(), b.score[acted].to_numpy(), iters=iters, seed=seed)
+        gen = (b.gen[common] - a.gen[common]).mean()
+        n_run, n_ref = len(b.score), len(a.score)
+        out.append([run["run"], ref["run"], res.delta, res.stderr, res.ci_lo, res.ci_hi, res.p_value, res.n,
+                    n_run, n_ref, float(y.mean()), float(x.mean()), bool(res.n < max(n_run, n_ref)), len(acted),
+                    on_acted.delta, on_acted.ci_lo, on_acted.ci_hi, _mean(b.score[acted]), _mean(a.score[acted]),
+                    float(gen) if pd.notna(gen) else math.nan])
     return pd.DataFrame(out, columns=COLUMNS)
+
+
+def _mean(values: pd.Series) -> float:
+    return float(values.mean()) if len(values) else math.nan
+
+
+def subset_notes(deltas: pd.DataFrame, head: pd.DataFrame) -> list[str]:
+    """One line per paired comparison on fewer items than one of its runs scored."""
+    labels = head.set_index("run")["label"] if len(head) else pd.Series(dtype=object)
+    notes = []
+    for _, d in deltas[deltas["subset"].astype(bool)].iterrows() if len(deltas) else []:
+        notes.append(f"{labels.get(d['run'], d['run'])} ({d['run']}) vs {d['reference']}: Δ on the "
+                     f"{int(d['n_paired'])} items both scored, of {int(d['n_run'])} (run) and "
+                     f"{int(d['n_reference'])} (full cache); the values beside Δ are on those items too")
+    return notes

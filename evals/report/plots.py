@@ -10,7 +10,8 @@
   line's effective footprint in its legend (``holds ≈ budget + N``: the measured peak minus the budget).
 
 Lines differ in colour, marker and dash; markers are hollow and shrink from line to line, so that lines that
-coincide stay visible on top of each other. Rates are drawn on a fixed 0–100 axis.
+coincide stay visible on top of each other. Rates are drawn on a fixed 0–100 axis. A point without an interval is
+marked ``n.m.`` (not meaningful), never drawn as if certain; a log axis always has at least two labelled ticks.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import pandas as pd
 
 from evals.report.escape import file_part
 from evals.report.output import output_folder, save_figure
+from evals.report.tables import task_title, with_config
 
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#bcbd22"]
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "<", ">"]
@@ -75,6 +77,32 @@ def _full_band(ax, full: pd.DataFrame, x_col: str | None) -> None:
             ax.plot([row[x_col]], [row["value"]], marker="*", markersize=14, color="black", linestyle="none")
 
 
+def _no_interval(ax, line: pd.DataFrame, x_col: str) -> None:
+    """``n.m.`` beside each point that has no interval (a point without a bar would read as a certain value)."""
+    for x, y, lo in zip(line[x_col], line["value"], line["ci_lo"]):
+        if pd.isna(lo) and pd.notna(x) and pd.notna(y):
+            ax.annotate("n.m.", (x, y), xytext=(4, 4), textcoords="offset points", fontsize=7, color="grey")
+
+
+def at_least_two_ticks(ax) -> None:
+    """At least two labelled ticks on a log x axis: where the powers of two inside the range are fewer (runs whose
+    memory differs by less than a factor of two), three ticks spread over the range instead."""
+    import numpy as np
+    from matplotlib.ticker import FixedLocator
+
+    lo, hi = ax.get_xlim()
+    if lo <= 0 or hi <= lo:
+        return
+    inside = [t for t in ax.xaxis.get_majorticklocs() if lo <= t <= hi]
+    if len(inside) < 2:
+        ax.xaxis.set_major_locator(FixedLocator(np.geomspace(lo * 1.02, hi / 1.02, 3)))
+
+
+def _task_of(frame: pd.DataFrame) -> str:
+    """The task of a figure, with its configuration when the task has several (``needle (context_tokens=1024)``)."""
+    return task_title(frame["task"].iloc[0], with_config(frame)["task_config"].iloc[0])
+
+
 def _save(fig, path: Path) -> Path:
     fig.tight_layout()
     return save_figure(fig, path, dpi=120)
@@ -93,6 +121,7 @@ def frontier(frame: pd.DataFrame, path: Path, plt) -> Path | None:
     for i, (label, line) in enumerate(compressed.groupby("label", sort=True)):
         line = line.sort_values(x_col)
         ax.errorbar(line[x_col], line["value"], yerr=_yerr(line), label=label, zorder=3 + i, **_style(i))
+        _no_interval(ax, line, x_col)
     bound = frame[frame["kv_mib_at_max_new"].notna()] if "kv_mib_at_max_new" in frame else frame.iloc[:0]
     if x_col.endswith("bytes_peak") and len(bound):  # where each run would be at gen.max_new_tokens
         ax.scatter(bound["kv_mib_at_max_new"] * 1024 * 1024, bound["value"], marker="|", s=160, color="grey",
@@ -102,11 +131,12 @@ def frontier(frame: pd.DataFrame, path: Path, plt) -> Path | None:
     ax.xaxis.set_minor_locator(NullLocator())
     ax.xaxis.set_major_formatter(FuncFormatter(_human_bytes if x_col.endswith("bytes_peak") else _plain))
     ax.margins(x=0.08)
+    at_least_two_ticks(ax)
     what = "bytes, all layers" if x_col.endswith("bytes_peak") else "tokens per layer and KV head"
     ax.set_xlabel(f"KV per sequence ({what}, measured peak, log)\n★ full cache"
                   + ("   | the same run at gen.max_new_tokens" if len(bound) else ""))
     _y_axis(ax, frame)
-    model, task = frame["model"].iloc[0], frame["task"].iloc[0]
+    model, task = frame["model"].iloc[0], _task_of(frame)
     ax.set_title(f"{task} · {model}: {frame['metric'].iloc[0]} vs KV memory held per sequence")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
@@ -131,6 +161,7 @@ def by_budget(frame: pd.DataFrame, path: Path, plt) -> Path | None:
             extra) else "footprint not measured"
         ax.errorbar(line["prompt_budget"], line["value"], yerr=_yerr(line), label=f"{label}: {held}",
                     zorder=3 + i, **_style(i))
+        _no_interval(ax, line, "prompt_budget")
     budgets = sorted(compressed["prompt_budget"].unique())
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_locator(FixedLocator(budgets))
@@ -139,7 +170,7 @@ def by_budget(frame: pd.DataFrame, path: Path, plt) -> Path | None:
     ax.set_xlim(budgets[0] / 1.3, budgets[-1] * 1.3)
     ax.set_xlabel("prompt_budget (prompt KV entries kept per layer and KV head; log scale)")
     _y_axis(ax, frame)
-    ax.set_title(f"{frame['task'].iloc[0]} · {frame['model'].iloc[0]}: {frame['metric'].iloc[0]} vs prompt budget")
+    ax.set_title(f"{_task_of(frame)} · {frame['model'].iloc[0]}: {frame['metric'].iloc[0]} vs prompt budget")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     path = _save(fig, path)
@@ -156,9 +187,10 @@ def plot(head: pd.DataFrame, out_dir: Path) -> list[Path]:
 
     output_folder(out_dir)
     paths = []
-    for (task, model), frame in head.groupby(["task", "model"], sort=False):
+    for (task, config, model), frame in with_config(head).groupby(["task", "task_config", "model"], sort=False):
+        name = file_part(task) + (f"~{file_part(config)}" if config else "")
         for kind, draw in (("frontier", frontier), ("budget", by_budget)):
-            path = draw(frame, out_dir / f"{kind}__{file_part(task)}__{file_part(model)}.png", plt)
+            path = draw(frame, out_dir / f"{kind}__{name}__{file_part(model)}.png", plt)
             if path is not None:
                 paths.append(path)
     return paths

@@ -13,12 +13,13 @@ import pandas as pd
 
 from evals.report.escape import md_cell
 from evals.report.footprint import inversion_notes, kv_at_max_new
-from evals.report.load import collect
+from evals.report.load import collect, identities
 from evals.report.output import Batch
-from evals.report.paired import paired_deltas
+from evals.report.paired import paired_deltas, subset_notes
 from evals.report.plots import plot
-from evals.report.references import reference_table  # issue 29: published references
-from evals.report.tables import NOT_MEANINGFUL, behaviour_table, breakdown_tables, headline, pivots
+from evals.report.references import reference_table
+from evals.report.system import system_columns, throughput_table
+from evals.report.tables import NOT_MEANINGFUL, behaviour_table, breakdown_tables, headline, pivots, task_title
 from evals.rundir import os_error_line
 from evals.stats import SMALL_N
 from tasks.protocol import hook
@@ -27,30 +28,46 @@ log = logging.getLogger("evals.report")
 
 UNITS_NOTE = ("Units: rates (accuracy, pass@k, cons@n, answered, key_prefix, shares) in percent for every task, KV "
               "memory in MiB per sequence. [ ] is the 95% interval and n the number of items behind a value: a Wilson "
-              "score interval for a rate whose items each score 0 or 100 % (right at 0 and at n), else a percentile "
-              "bootstrap over items (an item keeps all its samples); summary.csv's ci_method says which. Δ is the "
-              "paired difference to the full-cache run on the same items, in points, with a paired-bootstrap 95% "
-              "interval and a two-sided sign-flip p-value; on fewer than {small} paired items Δ and p are marked "
-              f"{NOT_MEANINGFUL} (not meaningful). A dash: the value does not apply.").replace("{small}", str(SMALL_N))
-DELTAS_COLUMNS = ["model", "task", "method", "label", "budget", "metric", "unit", "value", "reference", "delta",
-                  "ci_low", "ci_high", "p_value", "n_items", "meaningful"]
+              "score interval for a rate whose items each score 0 or 100 % (right at 0 and at n); for another rate on "
+              "fewer than {small} items, or whose bootstrap collapses to a point, the Wilson interval of its mean over "
+              "the items (conservative for items in 0..100 %); else a percentile bootstrap over items (an item keeps "
+              "all its samples); summary.csv's ci_method says which, and no interval is ever of zero width "
+              f"({NOT_MEANINGFUL} where none can be given). Δ is the "
+              "paired difference to the full-cache run on the same items (the values beside it too), in points, with "
+              "a paired-bootstrap 95% interval and a two-sided sign-flip p-value; on fewer than {small} paired items "
+              f"Δ and p are marked {NOT_MEANINGFUL} (not meaningful). Runs of different task configurations are never "
+              "in one table, curve or comparison: a task with several is titled with the settings that differ. "
+              "Throughput is generated tokens per wall second of generation, with the rows held at once; latency is "
+              "per sample. A dash: the value does not apply.").replace("{small}", str(SMALL_N))
+DELTAS_COLUMNS = ["model", "task", "task_config", "method", "label", "budget", "metric", "unit", "value",
+                  "reference", "delta", "ci_low", "ci_high", "p_value", "n_items", "n_run", "n_reference", "subset",
+                  "meaningful", "n_acted", "value_acted", "reference_acted", "delta_acted",
+                  "gen_tokens_change"]
 
 
 def deltas_table(head: pd.DataFrame, deltas: pd.DataFrame) -> pd.DataFrame:
-    """``deltas.csv``: one row per compressed run with a full-cache reference, i.e. per (model, task, method,
-    budget, metric) of the headline: its value, the reference's, Δ with its paired 95% interval, the sign-flip
-    p-value, the paired items, and whether n reaches SMALL_N."""
+    """``deltas.csv``: one row per compressed run with a full-cache reference, i.e. per (model, task, task
+    configuration, method, budget, metric) of the headline. ``value``, ``reference`` and Δ (with its paired 95%
+    interval and sign-flip p-value) are on the same ``n_items`` paired items; ``n_run`` and ``n_reference`` are
+    each run's own items and ``subset`` says the pairing has fewer than either; ``meaningful``: n reaches SMALL_N;
+    ``delta_acted`` is Δ on the ``n_acted`` items where the method dropped a token (``value_acted`` and
+    ``reference_acted`` the two runs' scores on them); ``gen_tokens_change`` the mean
+    generated tokens per item, run − full cache."""
     if deltas.empty:
         return pd.DataFrame(columns=DELTAS_COLUMNS)
     values = head.set_index("run")
     rows = []
     for _, d in deltas.iterrows():
-        run, ref = values.loc[d["run"]], values.loc[d["reference"]]
-        rows.append({"model": run["model"], "task": run["task"], "method": run["method"], "label": run["label"],
-                     "budget": run["prompt_budget"], "metric": run["metric"], "unit": run["unit"],
-                     "value": run["value"], "reference": ref["value"], "delta": d["delta"],
-                     "ci_low": d["delta_ci_lo"], "ci_high": d["delta_ci_hi"], "p_value": d["p_value"],
-                     "n_items": int(d["n_paired"]), "meaningful": bool(d["n_paired"] >= SMALL_N)})
+        run = values.loc[d["run"]]
+        rows.append({"model": run["model"], "task": run["task"], "task_config": run.get("task_config", ""),
+                     "method": run["method"], "label": run["label"], "budget": run["prompt_budget"],
+                     "metric": run["metric"], "unit": run["unit"], "value": d["value_paired"],
+                     "reference": d["reference_paired"], "delta": d["delta"], "ci_low": d["delta_ci_lo"],
+                     "ci_high": d["delta_ci_hi"], "p_value": d["p_value"], "n_items": int(d["n_paired"]),
+                     "n_run": int(d["n_run"]), "n_reference": int(d["n_reference"]), "subset": bool(d["subset"]),
+                     "meaningful": bool(d["n_paired"] >= SMALL_N), "n_acted": int(d["n_acted"]),
+                     "value_acted": d["value_acted"], "reference_acted": d["reference_acted"],
+                     "delta_acted": d["delta_acted"], "gen_tokens_change": d["gen_tokens_change"]})
     return pd.DataFrame(rows, columns=DELTAS_COLUMNS)
 
 
@@ -90,15 +107,21 @@ def _sections(root: Path):
     summary = collect(root)
     head = headline(summary)
     head["kv_mib_at_max_new"] = kv_at_max_new(head)
+    head = head.join(system_columns(head))
     deltas = paired_deltas(head)
-    tables = [*pivots(summary, head, deltas), ("Every run: headline, Δ vs full cache, behaviour",
+    tables = [*pivots(summary, head, deltas), ("Every run: headline, Δ vs full cache (on all items and where "
+                                               "compression acted), behaviour, throughput",
                                                behaviour_table(head, deltas))]
+    speed = throughput_table(head)
+    if not speed.empty:
+        tables.append(("Throughput at equal memory: generated tokens per wall second of generation, with the rows "
+                       "held, beside the latency of one sample", speed))
     tables += breakdown_tables(summary)
     tables += _per_problem_tables(head)
-    references = reference_table(summary)  # published references beside full-cache runs of the paper models
+    references = reference_table(summary, identities(summary))  # published figures of the paper models
     if not references.empty:
-        tables.insert(0, ("Published references for full-cache runs (ours ± se; published ± se [95% interval])",
-                          references))
+        tables.insert(0, ("Published references (ours ± se [95% CI]; published ± se [95% interval]; "
+                          "setup: ours (published))", references))
     return summary, head, tables, deltas
 
 
@@ -115,6 +138,7 @@ def figure_title(path: Path) -> str:
     """``frontier__needle__smollm2_135m.png`` -> ``needle · smollm2_135m: accuracy vs KV memory held``."""
     kind, _, rest = path.stem.partition("__")
     task, _, model = rest.partition("__")
+    task = task.replace("~", " ")
     what = {"frontier": "accuracy vs KV memory held", "budget": "accuracy vs prompt budget"}.get(kind, kind)
     return f"{task} · {model}: {what}"
 
@@ -163,6 +187,7 @@ def write_report(root: Path) -> tuple[Path, pd.DataFrame]:
     banner = small_n_banner(head)
     notes = inversion_notes(head)
     copied = copied_notes(summary)
+    subsets = subset_notes(deltas, head)
     lines = [f"# Report: {root}", "", f"{head['run'].nunique()} runs, {len(summary)} summary rows.", ""]
     lines += [banner, ""] if banner else []
     lines += [UNITS_NOTE, "", "## Figures", ""]
@@ -173,12 +198,16 @@ def write_report(root: Path) -> tuple[Path, pd.DataFrame]:
     if copied:
         lines += ["## Runs not generated: rows copied from the full cache", "", COPIED_NOTE, ""]
         lines += [f"- {n}" for n in copied] + [""]
+    if subsets:
+        lines += ["## Paired on fewer items than a run scored", ""]
+        lines += [f"- {n}" for n in subsets] + [""]
     for title, table in tables:
         lines += [f"## {title}", "", _md(table), ""]
     path = root / "report.md"
-    page = _html(root, head, tables, plots, [banner or "", *notes, *copied])
+    page = _html(root, head, tables, plots, [banner or "", *notes, *copied, *subsets])
+    summary_all = summary.drop(columns=["run_dir", "pair_key", "task_settings"]).to_csv(index=False)
     with Batch() as batch:  # all four in place, or (a full disk) the earlier four as they were
-        batch.write(root / "summary_all.csv", summary.drop(columns=["run_dir", "pair_key"]).to_csv(index=False))
+        batch.write(root / "summary_all.csv", summary_all)
         batch.write(root / "deltas.csv", deltas_table(head, deltas).to_csv(index=False))
         batch.write(path, "\n".join(lines))
         batch.write(root / "report.html", page)
@@ -200,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {os_error_line(exc, root)}", file=sys.stderr)
         return 2
     table = pd.DataFrame({
-        "model": head["model"], "task": head["task"], "method": head["label"],
+        "model": head["model"], "task": [task_title(t, c) for t, c in zip(head["task"], head["task_config"])],
+        "method": head["label"],
         "budget": head["prompt_budget"].map(lambda b: "full" if pd.isna(b) else str(int(b))),
         "metric": head["metric"] + head["unit"].map(lambda u: f" ({u})" if u else ""),
         "value [95% CI]": [f"{v:.1f} [{lo:.1f}, {hi:.1f}]" if u == "%" and pd.notna(lo) else f"{v:.4g}"

@@ -19,7 +19,9 @@ BEHAVIOUR = {  # summary metric -> column title
     "share_gen_truncated": "cut at max_new_tokens (%)",
     "share_think_unclosed": "</think> never closed (%)",
     "share_prompt_truncated": "prompt cut (%)",
+    "share_compressed": "compression acted (% samples)",
     "mean_kv_tokens_peak": "KV tokens held (mean peak)",
+    "mean_kv_tokens_mean": "KV tokens held (mean over decoding)",
     "mean_kv_bytes_peak": "KV held (MiB, mean peak)",
 }
 DASH = "—"
@@ -28,6 +30,22 @@ DASH = "—"
 TASK_ORDER = ("needle", "longbench_v2", "aime24", "livecodebench")
 MIB = 1024 * 1024
 NOT_MEANINGFUL = "n.m."  # Δ / p on fewer than SMALL_N paired items: shown, but marked not meaningful
+KEEPS_ALL = "keeps every token (= full cache)"  # a compressing method that dropped no token of any sample
+# One table, curve or paired comparison holds runs of one model, one task and one task configuration
+# (evals.report.load.task_config_labels): runs whose task settings differ are never pooled.
+GROUP = ["model", "task", "task_config"]
+
+
+def task_title(task: str, config: object) -> str:
+    """``needle`` or, when the task has several configurations, ``needle (context_tokens=1024)``."""
+    return f"{task} ({config})" if isinstance(config, str) and config else str(task)
+
+
+def with_config(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with a ``task_config`` column (empty where it had none: a summary built without meta.json)."""
+    if "task_config" in frame.columns:
+        return frame.assign(task_config=frame["task_config"].fillna("").astype(str))
+    return frame.assign(task_config="")
 
 
 def task_rank(task: str) -> int:
@@ -92,7 +110,7 @@ def assign_labels(head: pd.DataFrame) -> pd.Series:
     """A label per run that tells apart every two runs of one (model, task) that would share a line or a cell:
     the method, then its knobs that vary, then (if two runs still collide) the run's fingerprint or directory."""
     labels = pd.Series("", index=head.index, dtype=object)
-    for _, frame in head.groupby(["model", "task"], sort=False):
+    for _, frame in with_config(head).groupby(GROUP, sort=False):
         for method, part in frame.groupby("method", sort=False):
             varying = [k for k in _label_knobs(method, part) if part[k].nunique(dropna=False) > 1]
             for idx, row in part.iterrows():
@@ -121,12 +139,13 @@ def headline(summary: pd.DataFrame) -> pd.DataFrame:
     """One row per run: its task's primary metric on the whole set (with ``stderr``, ``ci_lo``, ``ci_hi``, ``unit``),
     the run's knobs, its behaviour figures and a ``label`` unique within its (model, task)."""
     rows = []
+    summary = with_config(summary)
     for task, frame in summary.groupby("task", sort=False):
         metric = primary_metric(task, frame)
         rows.append(frame[(frame["metric"] == metric) & (frame["group"] == "all")])
     out = pd.concat(rows, ignore_index=True)
     knobs = [k for k in identity_extra() if k != "run_id" and k in out.columns]
-    cols = ["model", "task", "method", "prompt_budget", "recent", *knobs]
+    cols = ["model", "task", "task_config", "method", "prompt_budget", "recent", *knobs]
     keep = [*cols, "metric", "value", "stderr", "ci_lo", "ci_hi", "unit", "n", "run_id", "run", "run_dir",
             "fingerprint", "pair_key"]
     out = out[keep].drop_duplicates("run")
@@ -137,7 +156,8 @@ def headline(summary: pd.DataFrame) -> pd.DataFrame:
         if metric not in out.columns:
             out[metric] = math.nan
     out["_task_rank"] = out["task"].map(task_rank)
-    out = out.sort_values(["model", "_task_rank", "task", "method", "prompt_budget", "run"], na_position="first")
+    out = out.sort_values(["model", "_task_rank", "task", "task_config", "method", "prompt_budget", "run"],
+                          na_position="first")
     out = out.drop(columns="_task_rank").reset_index(drop=True)
     out["label"] = assign_labels(out)
     return out
@@ -169,7 +189,7 @@ def pivots(summary: pd.DataFrame, head: pd.DataFrame, deltas: pd.DataFrame) -> l
     cell is ``value ± stderr`` and, for the primary metric, ``(Δ vs full cache, paired p-value)``."""
     by_run = deltas.set_index("run") if len(deltas) else None
     tables = []
-    for (model, task), frame in head.groupby(["model", "task"], sort=False):
+    for (model, task, config), frame in with_config(head).groupby(GROUP, sort=False):
         runs = frame.set_index("run")
         part = summary[(summary["run"].isin(runs.index)) & (summary["group"] == "all")]
         for metric in report_metrics(task, part):
@@ -188,13 +208,29 @@ def pivots(summary: pd.DataFrame, head: pd.DataFrame, deltas: pd.DataFrame) -> l
                 if line[col] != DASH:
                     raise AssertionError(f"report: two runs in one cell ({info['label']}, {col})")
                 d = by_run.loc[run] if by_run is not None and metric == info["metric"] and run in by_run.index else None
-                line[col] = _cell(v["value"], v["ci_lo"], v["ci_hi"], v["n"], unit) + _delta_cell(d, unit)
+                kept = f" — {KEEPS_ALL}" if info.get("keeps_all") is True else ""
+                line[col] = _cell(v["value"], v["ci_lo"], v["ci_hi"], v["n"], unit) + _delta_cell(d, unit) + kept
             table = pd.DataFrame(list(lines.values()), columns=columns)
             if (table["full"] == DASH).all():
                 table = table.drop(columns=["full"])
             unit_text = f" ({unit})" if unit else ""
-            tables.append((f"{task} · {model}: {metric}{unit_text}, [95% CI] (n items)", table))
+            tables.append((f"{task_title(task, config)} · {model}: {metric}{unit_text}, [95% CI] (n items)", table))
     return tables
+
+
+def _delta_interval(d: float, lo: float, hi: float, unit: str) -> str:
+    """``+Δ [lo, hi]``; the interval as ``[n.m.]`` where there is none (every paired difference equal)."""
+    if pd.isna(d):
+        return DASH
+    num = (lambda v: f"{v:+.1f}") if unit == "%" else (lambda v: f"{v:+.3g}")
+    return f"{num(d)} [{NOT_MEANINGFUL}]" if pd.isna(lo) or pd.isna(hi) else f"{num(d)} [{num(lo)}, {num(hi)}]"
+
+
+def _paired_on(d: pd.Series) -> str:
+    """`` (on k of n items)`` when the pairing covers fewer items than one of the runs scored."""
+    if not bool(d.get("subset", False)) or pd.isna(d.get("n_paired")):
+        return ""
+    return f" (on {int(d['n_paired'])} of {int(max(d['n_run'], d['n_reference']))} items)"
 
 
 def _marked(n_paired: float) -> str:
@@ -207,7 +243,10 @@ def behaviour_table(head: pd.DataFrame, deltas: pd.DataFrame) -> pd.DataFrame:
     table = head.merge(deltas, on="run", how="left") if len(deltas) else head.assign(
         delta=math.nan, delta_ci_lo=math.nan, delta_ci_hi=math.nan, p_value=math.nan, n_paired=math.nan)
     out = pd.DataFrame({
-        "model": table["model"], "task": table["task"], "method": table["label"],
+        "model": table["model"], "task": [task_title(t, c) for t, c in zip(table["task"], with_config(table)[
+            "task_config"])],
+        "method": [f"{lab} — {KEEPS_ALL}" if k is True else lab for lab, k in zip(
+            table["label"], table["keeps_all"] if "keeps_all" in table else [None] * len(table))],
         "budget": table["prompt_budget"].map(fmt),
         "metric": table["metric"] + table["unit"].map(lambda u: f" ({u})" if u else ""),
         "value [95% CI]": [
@@ -215,18 +254,31 @@ def behaviour_table(head: pd.DataFrame, deltas: pd.DataFrame) -> pd.DataFrame:
             for v, lo, hi, u in zip(table["value"], table["ci_lo"], table["ci_hi"], table["unit"])],
         "n": table["n"].map(fmt),
         "Δ vs full [95% CI]": [
-            DASH if pd.isna(d) else (f"{d:+.1f} [{lo:+.1f}, {hi:+.1f}]" if u == "%" else
-                                     f"{d:+.3g} [{lo:+.3g}, {hi:+.3g}]") + _marked(n)
-            for d, lo, hi, u, n in zip(table["delta"], table["delta_ci_lo"], table["delta_ci_hi"], table["unit"],
-                                       table["n_paired"].fillna(0))],
+            DASH if pd.isna(d) else _delta_interval(d, lo, hi, u) + _marked(n) + _paired_on(r)
+            for d, lo, hi, u, n, (_, r) in zip(table["delta"], table["delta_ci_lo"], table["delta_ci_hi"],
+                                               table["unit"], table["n_paired"].fillna(0), table.iterrows())],
         "p": [DASH if pd.isna(p) else (NOT_MEANINGFUL if n < SMALL_N else ("<0.001" if p < 0.001 else f"{p:.3f}"))
               for p, n in zip(table["p_value"], table["n_paired"].fillna(0))],
     })
-    units = {"mean_gen_tokens": "tokens", "mean_kv_tokens_peak": "tokens", "mean_kv_bytes_peak": "MiB"}
+    if "n_acted" in table and table["n_acted"].notna().any():
+        out["Δ where compression acted (items)"] = [
+            DASH if pd.isna(d) or not n else f"{_delta_interval(d, lo, hi, u)} ({int(n)})"
+            for d, lo, hi, u, n in zip(table["delta_acted"], table["delta_acted_ci_lo"], table["delta_acted_ci_hi"],
+                                       table["unit"], table["n_acted"].fillna(0))]
+        out["gen tokens vs full (mean per item)"] = table["gen_tokens_change"].map(
+            lambda v: DASH if pd.isna(v) else f"{v:+.1f}")
+    if "tokens_per_s" in table and table["tokens_per_s"].notna().any():
+        out["throughput (tok/s, wall; rows)"] = [
+            DASH if pd.isna(v) else f"{v:.1f} ({r})" for v, r in zip(table["tokens_per_s"], table["rows_held"])]
+        out["latency (s/sample)"] = table["latency_s_mean"].map(lambda v: DASH if pd.isna(v) else f"{v:.3g}")
+    units = {"mean_gen_tokens": "tokens", "mean_kv_tokens_peak": "tokens", "mean_kv_tokens_mean": "tokens",
+             "mean_kv_bytes_peak": "MiB"}
     for metric, title in BEHAVIOUR.items():
         if table[metric].notna().any():
             scale = MIB if metric == "mean_kv_bytes_peak" else 1
             out[title] = table[metric].map(lambda v, u=units.get(metric, "%"), s=scale: fmt(v / s, u))
+    if "compression acted (% samples)" in out:  # the full cache is the reference: it never compresses
+        out.loc[table["method"].to_numpy() == "none", "compression acted (% samples)"] = DASH
     if "kv_mib_at_max_new" in table and table["kv_mib_at_max_new"].notna().any():
         out["KV at max_new_tokens (MiB, bound)"] = table["kv_mib_at_max_new"].map(lambda v: fmt(v, "MiB"))
     return out
@@ -236,9 +288,14 @@ def breakdown_tables(summary: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     """Per task and metric with groups (LongBench-v2 difficulty/length/domain, LCB difficulty, needle depth, AIME
     exam): one row per run (its knobs that vary), one column per group, ``value ± stderr``."""
     tables = []
-    groups = sorted(summary.groupby(["task", "metric"], sort=False), key=lambda kv: task_rank(kv[0][0]))
-    for (task, metric), frame in groups:
+    groups = sorted(with_config(summary).groupby(["task", "task_config", "metric"], sort=False),
+                    key=lambda kv: task_rank(kv[0][0]))
+    shares: dict[tuple, list[pd.DataFrame]] = {}
+    for (task, config, metric), frame in groups:
         if metric.startswith("mean_") or frame["group"].nunique() < 2:
+            continue
+        if metric.startswith("share_"):  # outcome shares (LiveCodeBench's verdicts): one table per task, below
+            shares.setdefault((task, config), []).append(frame)
             continue
         knobs = [k for k in variant_knobs(frame) if k != "recent" and frame[k].nunique() > 1]
         keys = ["model", "method", "prompt_budget", "recent", *knobs]
@@ -252,5 +309,27 @@ def breakdown_tables(summary: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
         for key in keys:
             table[key] = table[key].map(fmt)
         unit_text = f" ({unit})" if unit else ""
-        tables.append((f"{task}: {metric}{unit_text} by group, [95% CI] (n per group)", table.fillna(DASH)))
+        tables.append((f"{task_title(task, config)}: {metric}{unit_text} by group, [95% CI] (n per group)",
+                       table.fillna(DASH)))
+    for (task, config), frames in shares.items():
+        tables.append((f"{task_title(task, config)}: outcomes (% of samples) by group", outcome_table(frames)))
     return tables
+
+
+def outcome_table(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """The ``share_<outcome>`` metrics of one task as one table: a row per (run, group), a column per outcome (its
+    share of the samples, in percent), ``n`` the samples of the group."""
+    frame = pd.concat(frames, ignore_index=True)
+    knobs = [k for k in variant_knobs(frame) if k != "recent" and frame[k].nunique() > 1]
+    keys = ["model", "method", "prompt_budget", "recent", *knobs]
+    runs = frame.drop_duplicates("run").set_index("run")[keys]
+    frame = frame.assign(outcome=frame["metric"].str.removeprefix("share_"))
+    wide = frame.pivot_table(index=["run", "group"], columns="outcome", values="value", aggfunc="first", sort=False)
+    count = frame.groupby(["run", "group"], sort=False)["n"].max()
+    table = wide.map(lambda v: fmt(v, "%")).join(count.map(fmt)).reset_index()
+    table = runs.join(table.set_index("run")).reset_index(drop=True)
+    table["_all"] = table["group"] != "all"
+    table = table.sort_values([*keys, "_all", "group"], na_position="first").drop(columns="_all")
+    for key in keys:
+        table[key] = table[key].map(fmt)
+    return table.reset_index(drop=True).fillna(DASH)
