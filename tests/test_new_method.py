@@ -99,7 +99,8 @@ def test_it_shows_up_in_the_hydra_group(registered):
     # the new knob is a key of every method's node: one sweep sets it for all (the others ignore it)
     assert validate(["-m", *TINY, "compression=snapstream,keep_first", "compression.first_k=12"]) == []
     assert validate([*TINY, "compression=keep_first", "compression.frist_k=3"]) == [
-        "compression.frist_k: no such key (`python -m evals.run --cfg job` prints every key and its value)"
+        "compression.frist_k: no such key (did you mean compression.first_k?) (`python -m evals.run --cfg job` "
+        "prints every key and its value)"
     ]
     (line,) = validate([*TINY, "compression=keep_frist"])
     assert line.startswith("compression=keep_frist: unknown option; available: ")
