@@ -8,9 +8,9 @@ model, all in the key. ``gen.n_samples`` is left out where sample ``i`` does not
 counter-based noise keyed on (seed, item, sample, step)). So raising ``task.limit``, adding items, another run
 directory or a budget search that revisits a budget all reuse what was generated once.
 
-Where: ``$SNAPSTREAM_CACHE`` when set, else ``<out_root>/.sample_cache/``. ``sample_cache=false`` (or
-``SNAPSTREAM_CACHE=off``: the test suite sets it, so that runs compared with each other are generated) neither reads
-nor writes it; ``overwrite=true`` regenerates (and stores the new samples, which later lookups prefer). None of
+Where: ``$SNAPSTREAM_SAMPLE_CACHE`` when set, else ``<out_root>/.sample_cache/``. ``sample_cache=false`` (or
+``SNAPSTREAM_SAMPLE_CACHE=off``: the test suite sets it, so that runs compared with each other are generated)
+neither reads nor writes it; ``overwrite=true`` regenerates (and stores the new samples, which later lookups prefer). None of
 these is part of a run's identity. Knobs outside the identity (``gen.rows``, ``gen.batch_size``, ``gen.compile``)
 reuse samples too: timing another row count needs ``sample_cache=false``.
 
@@ -38,18 +38,18 @@ from evals.rows import check_measured
 
 log = logging.getLogger(__name__)
 
-ENV = "SNAPSTREAM_CACHE"
+ENV = "SNAPSTREAM_SAMPLE_CACHE"
 DIRNAME = ".sample_cache"
 SELECTION_KEYS = ("limit", "n_items", "data_sha256", "items_read")  # choose which items are read, not what they are
 FORMAT = 1
 
 
-OFF = ("off", "0", "false", "no")  # $SNAPSTREAM_CACHE values that turn the cache off (as sample_cache=false)
+OFF = ("off", "0", "false", "no")  # values of $SNAPSTREAM_SAMPLE_CACHE that turn the cache off
 
 
 def cache_dir(out_root: str | Path) -> Path | None:
-    """``$SNAPSTREAM_CACHE`` when set (and not empty), else ``<out_root>/.sample_cache``; None when the variable
-    turns the cache off."""
+    """``$SNAPSTREAM_SAMPLE_CACHE`` when set (and not empty), else ``<out_root>/.sample_cache``; None when the
+    variable turns the cache off."""
     value = os.environ.get(ENV, "").strip()
     if value.lower() in OFF:
         return None

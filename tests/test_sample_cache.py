@@ -30,7 +30,7 @@ def generated(monkeypatch):
             yield ended
 
     monkeypatch.setattr(runner, "_produce", counting)
-    monkeypatch.delenv("SNAPSTREAM_CACHE", raising=False)
+    monkeypatch.delenv("SNAPSTREAM_SAMPLE_CACHE", raising=False)
     return count
 
 
@@ -114,16 +114,16 @@ def test_concurrent_writers_lose_no_line(tmp_path):
 
 
 def test_the_cache_lives_under_out_root_unless_snapstream_cache_is_set(tmp_path, monkeypatch):
-    monkeypatch.delenv("SNAPSTREAM_CACHE", raising=False)
+    monkeypatch.delenv("SNAPSTREAM_SAMPLE_CACHE", raising=False)
     assert cache_dir(tmp_path) == tmp_path / DIRNAME
-    monkeypatch.setenv("SNAPSTREAM_CACHE", str(tmp_path / "shared"))
+    monkeypatch.setenv("SNAPSTREAM_SAMPLE_CACHE", str(tmp_path / "shared"))
     assert cache_dir("results") == tmp_path / "shared"
-    monkeypatch.setenv("SNAPSTREAM_CACHE", "off")
+    monkeypatch.setenv("SNAPSTREAM_SAMPLE_CACHE", "off")
     assert cache_dir("results") is None
 
 
 def test_snapstream_cache_off_generates_every_run(tmp_path, generated, monkeypatch):
-    monkeypatch.setenv("SNAPSTREAM_CACHE", "off")
+    monkeypatch.setenv("SNAPSTREAM_SAMPLE_CACHE", "off")
     run(tmp_path, "task.limit=1")
     run(tmp_path, "task.limit=1", run_dir=tmp_path / "again")
     assert generated["n"] == 2 and not (tmp_path / DIRNAME).exists()
