@@ -10,9 +10,9 @@ directory or a budget search that revisits a budget all reuse what was generated
 
 Where: ``$SNAPSTREAM_SAMPLE_CACHE`` when set, else ``<out_root>/.sample_cache/``. ``sample_cache=false`` (or
 ``SNAPSTREAM_SAMPLE_CACHE=off``: the test suite sets it, so that runs compared with each other are generated)
-neither reads nor writes it; ``overwrite=true`` regenerates (and stores the new samples, which later lookups prefer). None of
-these is part of a run's identity. Knobs outside the identity (``gen.rows``, ``gen.batch_size``, ``gen.compile``)
-reuse samples too: timing another row count needs ``sample_cache=false``.
+neither reads nor writes it; ``overwrite=true`` regenerates (and stores the new samples, which later lookups
+prefer). None of these is part of a run's identity. Knobs outside the identity (``gen.rows``, ``gen.batch_size``,
+``gen.compile``) reuse samples too: timing another row count needs ``sample_cache=false``.
 
 Storage: 256 append-only JSONL shards (by the item key's first two hex digits), one line per sample holding the row
 as its run wrote it and, once per shard and process, the prompt record. A line is appended under ``flock`` with one
