@@ -36,3 +36,10 @@ def test_no_line_names_an_issue_an_internal_file_or_an_interpolation():
 def test_the_module_runs_from_the_command_line():
     proc = subprocess.run([sys.executable, "-m", "evals.list"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.splitlines()[0] == "tasks (task=NAME):", proc.stderr
+
+
+def test_the_readme_opens_with_the_two_commands_then_the_list_command():
+    text = (ROOT / "README.md").read_text()
+    first_block = text.split("```bash\n", 1)[1].split("```", 1)[0].splitlines()
+    assert [line.split("#")[0].strip() for line in first_block] == ["make eval", "make test"]
+    assert text.index("python -m evals.list") < text.index("## Common tasks")
