@@ -1,4 +1,4 @@
-"""``make gpu-check`` (``python -m bench.gpu_check``): the GPU check of issue 28, item 8, on an 8B-shaped model.
+"""``make gpu-check`` (``python -m bench.gpu_check``): the GPU check on an 8B-shaped model.
 
 Llama-3.1-8B's architecture with random weights in bf16, built on the GPU (no download: timing and memory depend on
 shapes only). It writes ``bench/results/gpu/check/check.json`` and ``check.md`` with:

@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     cols = list(rows[0])
     lines = [f"# Item peak memory: prefill_prompt + decode ({args.model}, n={args.n}, {args.steps} steps)", "",
              "Tracked tensor bytes (bench.live_bytes), weights excluded. "
-             f"Acceptance (issue 28): {long} tokens at most 400 MiB above {short}.", "",
+             f"Acceptance: {long} tokens at most 400 MiB above {short}.", "",
              "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in rows]
     with open(os.path.join(args.out, "memory.md"), "w") as f:

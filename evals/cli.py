@@ -18,6 +18,12 @@ GROUPS = ("model", "task", "compression", "backend", "gen", "experiment", "hydra
 MAX_LISTED = 20  # bad combinations printed (then a count)
 MAX_NESTING = 32  # brackets of one override's value: far above any real list or dict, far below Python's recursion
 _PLANNED: list[int] = []  # jobs of the command line checked by precheck (read by evals.progress)
+_CHECKED: list = []  # the configs of the last command line that passed every check (for the work estimate)
+
+
+def checked_configs() -> list:
+    """The configs of the jobs the last :func:`precheck` of this process accepted, in launch order."""
+    return list(_CHECKED)
 
 
 def planned_jobs() -> int | None:
@@ -38,15 +44,54 @@ def options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
 
 
-def _one_line(exc: BaseException) -> str:
+def _one_line(exc: BaseException, overrides: list[str] | None = None) -> str:
+    """The first line of a Hydra error, rewritten where it can say more: the closest key or group to a misspelt
+    one (``overrides``: the job's command line, to list the keys of the node the key was meant for), the ``+`` that
+    appends a group not in the defaults list."""
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     unknown = re.fullmatch(r"Could not override '(.+)'\.", first)
     if unknown:
-        return f"{unknown[1]}: no such key (`python -m evals.run --cfg job` prints every key and its value)"
+        return (f"{unknown[1]}: no such key{_key_hint(unknown[1], overrides or [])} "
+                "(`python -m evals.run --cfg job` prints every key and its value)")
+    appended = re.match(r"Could not override '([^']+)'\. No match in the defaults list", first)
+    if appended and appended[1] in GROUPS:
+        given = next((o for o in overrides or [] if o.split("=", 1)[0] == appended[1]), f"{appended[1]}=NAME")
+        return (f"{given}: {appended[1]} is not in the defaults list; add it with a plus: +{given} "
+                f"(options: {', '.join(options(appended[1]))})")
     missing = re.match(r"In '[^']*': Could not find '([^/']+)/([^']+)'", first)
     if missing and missing[1] in GROUPS:
         return f"{missing[1]}={missing[2]}: unknown option; available: {', '.join(options(missing[1]))}"
     return first
+
+
+def _key_hint(key: str, overrides: list[str]) -> str:
+    """`` (did you mean X?)`` for a misspelt key: among the root keys and groups, or the keys of the node the key
+    was meant for (composed without the override); ``""`` when nothing is close."""
+    import difflib
+
+    from evals.strict import GROUPS as CONFIG_GROUPS
+    from evals.strict import yaml_keys
+
+    parent, _, leaf = key.rpartition(".")
+    if not parent:
+        close = difflib.get_close_matches(key, sorted(set(CONFIG_GROUPS) | {"experiment"}), n=1)
+        if close:
+            value = next((o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0] == key and "=" in o), "NAME")
+            return f" (did you mean {close[0]}={value}?)"
+        known: set[str] = set(yaml_keys("config"))
+    else:
+        known = set()
+        try:
+            from hydra import compose
+            from omegaconf import OmegaConf
+
+            rest = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") != key]
+            node = OmegaConf.select(compose(config_name="config", overrides=rest), parent)
+            known = {str(k) for k in node.keys()} if node is not None and hasattr(node, "keys") else set()
+        except Exception:  # noqa: BLE001 - no hint rather than a second error
+            pass
+    close = difflib.get_close_matches(leaf, sorted(known), n=1)
+    return f" (did you mean {f'{parent}.' if parent else ''}{close[0]}?)" if close else ""
 
 
 def expand(args: list[str], multirun: bool) -> list[list[str]]:
@@ -105,8 +150,8 @@ def check_nesting(arg: str) -> None:
         raise UserError(f"{key}: value nested {deepest} levels deep; at most {MAX_NESTING}")
 
 
-def check_combination(overrides: list[str]) -> None:
-    """Compose one job's config and run every check that needs no data and no weights."""
+def check_combination(overrides: list[str]):
+    """Compose one job's config and run every check that needs no data and no weights; returns the config."""
     from hydra import compose
     from omegaconf import open_dict
 
@@ -116,7 +161,7 @@ def check_combination(overrides: list[str]) -> None:
     try:
         cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
     except Exception as exc:  # hydra's ConfigCompositionException / MissingConfigException
-        raise UserError(_one_line(exc)) from None
+        raise UserError(_one_line(exc, overrides)) from None
     if cfg.hydra.job.get("chdir"):
         raise UserError("hydra.job.chdir: true is not supported: the run reads and writes relative paths (task.path, "
                         "backend.path, out_root, run_dir) from the folder it is started in; drop the override")
@@ -133,6 +178,7 @@ def check_combination(overrides: list[str]) -> None:
                 check_writable(Path(path), field)
     except ValueError as exc:
         raise UserError(_one_line(exc)) from None
+    return cfg
 
 
 def _sweeper_params(args: list[str]) -> list[str]:
@@ -165,13 +211,14 @@ def validate(args: list[str]) -> list[str]:
             params = _sweeper_params(given) if multirun else []
             combos = expand(params + given, multirun)  # later overrides win, as in BasicSweeper
             _PLANNED.append(len(combos))
-            bad = []
+            bad, checked = [], []
             for combo in combos:
                 try:
-                    check_combination(combo)
+                    checked.append(check_combination(combo))
                 except UserError as exc:
                     swept = [o for o in combo if o not in given] if len(combos) > 1 else []
                     bad.append(f"{' '.join(swept)}: {exc}" if swept else str(exc))
+            _CHECKED[:] = [] if bad else checked
             return list(dict.fromkeys(bad))
     finally:
         GlobalHydra.instance().clear()
@@ -191,3 +238,8 @@ def precheck(args: list[str]) -> None:
         if len(bad) > MAX_LISTED:
             print(f"error: ... and {len(bad) - MAX_LISTED} more bad combinations", file=sys.stderr)
         sys.exit(2)
+    from evals.workload import estimate
+
+    line = estimate(_CHECKED)
+    if line:
+        print(line, file=sys.stderr)

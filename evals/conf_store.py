@@ -63,11 +63,14 @@ def options() -> list[str]:
 def register_methods() -> list[str]:
     """Store :data:`KNOBS_NODE` and a node for every method of ``METHODS`` without a YAML file in Hydra's
     ``ConfigStore`` (again on each call: the registry may have grown; nodes of methods no longer registered are
-    dropped). Returns the names stored as nodes."""
+    dropped). Returns the names stored as nodes; raises ``ValueError`` (one line) for a knob named like a row
+    column (:func:`evals.rows.check_knob_names`)."""
     from hydra.core.config_store import ConfigStore
 
+    from evals.rows import check_knob_names
     from snapstream_core.methods import METHODS
 
+    check_knob_names()  # a knob named like a row column is refused here, with one line
     store = ConfigStore.instance()
     store.store(name=KNOBS_NODE, node=knobs_node(), provider=PROVIDER)
     group = store.repo.get(GROUP, {})

@@ -4,6 +4,11 @@ a compact table of every job (a Hydra callback, ``hydra.callbacks.sweep_progress
 N is the number of combinations :mod:`evals.cli` checked before the first job (Hydra's basic launcher then runs them
 in this process, one after the other). With a launcher that runs jobs elsewhere the lines come from each worker and
 N is not known there: they say "job k".
+
+The ETA is the time per unit of work so far times the work left, a job's work being its planned samples x
+``gen.max_new_tokens`` (:func:`job_work`): a 6-item job no longer counts as much as a 500-item one, and jobs that
+compute nothing (complete already, copied from the full cache, every sample from the sample cache) add neither work
+nor a rate, so the ETA does not drop after them and jump at the next real job.
 """
 
 from __future__ import annotations
@@ -22,6 +27,42 @@ def _clock(seconds: float) -> str:
     seconds = int(round(seconds))
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}" if seconds >= 3600 else \
         f"{seconds // 60}:{seconds % 60:02d}"
+
+
+def job_work(cfgs: list[Any]) -> list[float]:
+    """Each job's planned work (samples x ``gen.max_new_tokens``, as the planner reads the config), so that the ETA
+    weighs a 30-item job of 32k tokens above a 6-item job of 16; all 1.0 (count jobs) when any is unknown."""
+    from evals.plan.job import job_from_config
+
+    try:
+        work = [float(j.total_samples * j.max_new_tokens) for j in map(job_from_config, cfgs)]
+    except (ValueError, KeyError, TypeError):
+        return [1.0] * len(cfgs)
+    return work if all(w > 0 for w in work) else [1.0] * len(cfgs)
+
+
+def eta_seconds(elapsed: float, work: list[float], done: int, idle: float) -> float | None:
+    """Seconds left: ``elapsed`` over the work of the ``done`` jobs that computed something (their planned work minus
+    ``idle``, the work of those whose rows came from elsewhere: complete already, copied, cached), times the planned
+    work of the jobs left. None before any job computed (no rate yet)."""
+    worked = sum(work[:done]) - idle
+    if worked <= 0 or done >= len(work):
+        return None
+    return elapsed / worked * sum(work[done:])
+
+
+def computed_nothing(run_dir: Path, since: float) -> bool:
+    """Whether a finished job took its rows from elsewhere: complete before it started, the full cache's copy, or
+    every sample from the sample cache (``meta.json``)."""
+    import json
+    from datetime import datetime
+
+    try:
+        meta = json.loads((run_dir / "meta.json").read_text())
+        finished = datetime.fromisoformat(meta["finished"]).timestamp()
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return bool(meta.get("same_as")) or meta.get("cached_rows") == meta.get("n_rows") or finished < since - 1
 
 
 def _score(res: dict[str, Any] | None) -> str:
@@ -57,9 +98,15 @@ class SweepProgress(Callback):
         self.jobs: list[tuple[str, dict[str, Any] | None, str]] = []
         self.job_start = 0.0
         self.swept: set[str] = set()
+        self.work: list[float] = []
+        self.idle = 0.0  # planned work of the jobs done that computed nothing
+        self.job_wall = 0.0
 
     def on_multirun_start(self, config, **kwargs: Any) -> None:
+        from evals.cli import checked_configs
+
         self.start = time.perf_counter()
+        self.work = job_work(checked_configs())
         given = list(config.hydra.overrides.task) + [f"{k}={v}" for k, v in
                                                      (config.hydra.sweeper.get("params") or {}).items()]
         self.swept = {o.split("=", 1)[0].lstrip("+~") for o in given
@@ -67,6 +114,7 @@ class SweepProgress(Callback):
 
     def on_job_start(self, config, **kwargs: Any) -> None:
         self.job_start = time.perf_counter()
+        self.job_wall = time.time()
 
     def on_job_end(self, config, job_return, **kwargs: Any) -> None:
         from hydra.core.hydra_config import HydraConfig
@@ -96,7 +144,11 @@ class SweepProgress(Callback):
         took = time.perf_counter() - self.job_start
         elapsed = time.perf_counter() - self.start
         of = f" of {total}" if total else ""
-        eta = f" · ETA {_clock(elapsed / self.done * (total - self.done))}" if total and total > self.done else ""
+        work = self.work if total and len(self.work) == total else [1.0] * (total or 0)
+        if work and isinstance(value, (str, Path)) and computed_nothing(Path(value), self.job_wall):
+            self.idle += work[self.done - 1]
+        left = eta_seconds(elapsed, work, self.done, self.idle) if work else None
+        eta = f" · ETA {_clock(left)}" if left is not None else ""
         log.info("job %d%s %s in %s (%s): %s%s", self.done, of, status, _clock(took), swept, _score(res), eta)
 
     def on_multirun_end(self, config, **kwargs: Any) -> None:

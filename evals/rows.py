@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -25,9 +26,28 @@ MEASURE_COLUMNS = [
 ]  # fmt: skip
 
 
+# Columns the runner writes besides the knobs (long texts, provenance) and the compression node's own keys.
+OTHER_COLUMNS = ("completion", "completions", "prompt", "same_as", "cached_from", "tag")
+
+
+def check_knob_names() -> None:
+    """Refuse (one ``ValueError`` naming the method and the field) a registered method whose knob has the name of a
+    row column: its value would share the column with another (``seed``: two ``seed`` columns in ``samples.csv``,
+    one value lost in ``samples.jsonl``)."""
+    from snapstream_core.methods import METHODS
+
+    taken = {*BASE_COLUMNS, *MEASURE_COLUMNS, *OTHER_COLUMNS}
+    for name, cls in METHODS.items():
+        for f in dataclasses.fields(cls):
+            if f.name in taken and f.name != "method":
+                raise ValueError(f"compression method {name!r}: knob {f.name!r} has the name of a result-row "
+                                 f"column; rename the field of {cls.__name__} (e.g. {name}_{f.name})")
+
+
 def row_columns() -> list[str]:
     """The columns every row has, in order: who and what, one column per compression knob (from the method
     dataclasses registered now, so a new method's knob is a new column), then what was measured and graded."""
+    check_knob_names()
     return [*BASE_COLUMNS, *knob_names(), *MEASURE_COLUMNS]
 
 

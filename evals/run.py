@@ -75,7 +75,11 @@ def main(cfg: DictConfig) -> str | None:
 
 if __name__ == "__main__":
     try:
-        register_methods()  # before Hydra composes: every method of snapstream_core.methods.METHODS is an option
+        try:
+            register_methods()  # before Hydra composes: every method of snapstream_core.methods.METHODS is an option
+        except ValueError as exc:  # a method's knob named like a row column
+            print(f"error: {exc}", file=sys.stderr)
+            sys.exit(2)
         precheck(sys.argv[1:])
         main()
     except KeyboardInterrupt:  # before a job started (checking, composing), or between jobs of a sweep

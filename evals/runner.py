@@ -45,6 +45,7 @@ from evals.rundir import (
     write_atomic,
     write_hydra_files,
 )
+from evals.sample_cache import SampleCache, reused_row
 from evals.throughput import GenClock
 from snapstream_core.api import compression_from_config
 from snapstream_core.methods import knob_names
@@ -313,23 +314,48 @@ def _generate_and_score(cfg: DictConfig, p: RunPlan, items: list, replay=None) -
     backend reports for ``meta.json``."""
     samples_path = p.run_dir / SAMPLES
     done = done_keys(read_rows(samples_path, p.fingerprint))  # every resumed row is this configuration's
-    if backend_traits(cfg.backend.name).loads_weights and (copied := _copy_if_same(cfg, p, items, done)) is not None:
+    generates = backend_traits(cfg.backend.name).loads_weights
+    if generates and (copied := _copy_if_same(cfg, p, items, done)) is not None:
         return copied
+    cache = SampleCache.of_run(cfg.out_root, p.identity) if generates and cfg.get("sample_cache", True) else None
+    reused = _reuse_cached(cfg, p, cache, items, done) if cache is not None and not cfg.overwrite else 0
+    if reused and not _missing(items, lambda item_id: range(p.sampling.n), done):
+        return {"cached_rows": reused}  # every sample was in the cache: no backend, no weights
     backend = replay or make_backend(cfg, p.method, p.sampling, rows=p.rows)
     work = _pending_work(backend, p, items, done)
     if done:
         log.info("resuming %s: %d rows already there, %d items to go", p.run_dir, len(done), len(work))
     prompts = PromptStore(p.run_dir / PROMPTS)
     total = sum(len(w.sample_idx) for w in work)
-    clock = GenClock(rows=p.rows if p.rows is not None else cfg.gen.get("rows"),
-                     measured=backend_traits(cfg.backend.name).loads_weights)
+    clock = GenClock(rows=p.rows if p.rows is not None else cfg.gen.get("rows"), measured=generates)
     with RowWriter(samples_path) as writer, _Progress(cfg, p, total) as progress:
         for ended in clock.timed(_produce(cfg, p, backend, work, prompts)):
             for outcome in _score(cfg, p, ended):
-                writer.write(_row(cfg, p, outcome))
+                row = _row(cfg, p, outcome)
+                writer.write(row)
+                if cache is not None:
+                    cache.put(outcome.request.item, row, prompts.known.get(row["prompt_hash"]))
             progress.update(ended)
     info = backend.meta() if hasattr(backend, "meta") else {}
-    return {**info, **clock.meta(info)}
+    info = {**info, **clock.meta(info)}
+    return {**info, "cached_rows": reused} if reused else info
+
+
+def _reuse_cached(cfg: DictConfig, p: RunPlan, cache: SampleCache, items: list, done: set[tuple[str, int]]) -> int:
+    """Write the rows of the missing samples that the sample cache holds (:mod:`evals.sample_cache`), adding their
+    keys to ``done``; returns how many."""
+    pending = _missing(items, lambda item_id: range(p.sampling.n), done)
+    found = list(cache.lookup((w.item, w.sample_idx) for w in pending))
+    if not found:
+        return 0
+    PromptStore(p.run_dir / PROMPTS).add([prompt for row, prompt in found if row.get("prompt_hash") is not None])
+    with RowWriter(p.run_dir / SAMPLES) as writer:
+        for row, _ in found:
+            writer.write(reused_row(row, p.run_id, p.fingerprint))
+            done.add((str(row["item_id"]), row["sample_idx"]))
+    log.info("%s: %d of %d missing samples reused from the sample cache %s (sample_cache=false: generate them)",
+             p.run_id, len(found), sum(len(w.sample_idx) for w in pending), cache.root)
+    return len(found)
 
 
 def _copy_if_same(cfg: DictConfig, p: RunPlan, items: list, done: set[tuple[str, int]]) -> dict[str, Any] | None:

@@ -21,14 +21,14 @@ from typing import Any
 CONF = Path(__file__).resolve().parent.parent / "conf"
 GROUPS = ("model", "task", "compression", "backend", "gen")
 MAX_SAMPLES = 10_000  # gen.n_samples: completions per item (R1's protocol uses 64)
-BOOLEANS = ("overwrite", "backend.partial", "model.thinking")
+BOOLEANS = ("overwrite", "sample_cache", "backend.partial", "model.thinking")
 INTEGERS = {"gen.max_new_tokens": 1, "gen.top_k": 0, "gen.n_samples": 1, "gen.seed": None, "log_every": 0}
 NUMBERS = ("gen.temperature", "gen.top_p")
 POSITIVE = ("plan.memory_gib",)  # finite numbers > 0
 
 
 @functools.lru_cache(maxsize=None)
-def _yaml_keys(*parts: str) -> frozenset[str]:
+def yaml_keys(*parts: str) -> frozenset[str]:
     """The top-level keys of every YAML file under ``conf/<parts>`` (a folder) or of ``conf/<parts>.yaml``."""
     from omegaconf import OmegaConf
 
@@ -85,16 +85,16 @@ def check_values(container: dict[str, Any]) -> None:
 
 def check_keys(container: dict[str, Any]) -> None:
     """No key outside the YAML files of the root, ``gen`` and the chosen backend (see the module docstring)."""
-    root = _yaml_keys("config") | _yaml_keys("experiment") | set(GROUPS)
+    root = yaml_keys("config") | yaml_keys("experiment") | set(GROUPS)
     for key in container:
         if key not in root:
             raise ValueError(f"{key}: no such key{_hint(key, root)} (`python -m evals.run --cfg job` prints every key)")
-    gen_keys = _yaml_keys("gen")
+    gen_keys = yaml_keys("gen")
     for key in container.get("gen") or {}:
         if gen_keys and key not in gen_keys:
             raise ValueError(f"gen.{key}: no such key{_hint(key, gen_keys)}")
     backend = container.get("backend") or {}
-    backend_keys = _yaml_keys("backend", str(backend.get("name", "")))
+    backend_keys = yaml_keys("backend", str(backend.get("name", "")))
     for key in backend:
         if backend_keys and key not in backend_keys:
             raise ValueError(f"backend.{key}: no such key{_hint(key, backend_keys)}")

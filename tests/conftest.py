@@ -9,6 +9,8 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach the network
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Runs that a test compares are generated, not reused from the sample cache (tests/test_sample_cache.py turns it on)
+os.environ["SNAPSTREAM_SAMPLE_CACHE"] = "off"
 
 
 def _share_cores_between_workers() -> None:

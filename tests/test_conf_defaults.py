@@ -27,13 +27,20 @@ def _yaml(name: str) -> dict:
     return yaml.safe_load((CONF / f"{name}.yaml").read_text())
 
 
+BUILT_IN = {"none", "snapkv", "streaming_llm", "snapstream"}  # the methods whose files document the knobs
+
+
 def test_every_yaml_is_a_registered_method():
-    """The files are optional (documentation): the four built-in methods keep theirs, none names a stray method."""
-    assert set(METHODS) >= {p.stem for p in CONF.glob("*.yaml")} == {"none", "snapkv", "streaming_llm", "snapstream"}
+    """The files are optional (documentation): the built-in methods keep theirs, none names a stray method, and a
+    method added with or without one passes this file."""
+    stems = {p.stem for p in CONF.glob("*.yaml")}
+    assert BUILT_IN <= stems <= set(METHODS)
 
 
 @pytest.mark.parametrize("name", sorted(METHODS))
 def test_yaml_keys_defaults_and_tag_equal_the_generated_node(name):
+    if not (CONF / f"{name}.yaml").is_file():
+        pytest.skip(f"{name} has no conf/compression/{name}.yaml (optional)")
     cfg = _yaml(name)
     assert cfg.pop("defaults") == [f"/{KNOBS_NODE}@_here_", "_self_"], "the other methods' knobs come from there"
     own = own_defaults(METHODS[name])
@@ -54,7 +61,7 @@ def test_the_composed_node_carries_every_knob_and_equals_the_generated_one(name)
 
 def test_generated_tags_resolve_to_todays_directory_names():
     """The names README examples and existing result folders use."""
-    tags = {n: compose_cfg([f"compression={n}", "compression.prompt_budget=64"]).compression.tag for n in METHODS}
+    tags = {n: compose_cfg([f"compression={n}", "compression.prompt_budget=64"]).compression.tag for n in BUILT_IN}
     assert tags == {
         "none": "none",
         "snapkv": "snapkv-pb64-w32-k7-max-mean-s0-original-crNone",

@@ -77,3 +77,29 @@ def test_a_cached_hub_model_loads_without_the_hub(tmp_path, tiny_llama_dir):
     seconds = time.monotonic() - start
     assert f"OK hub:local/tiny@{commit} LlamaForCausalLM 49152" in proc.stdout, proc.stdout + proc.stderr
     assert "thrown while requesting" not in proc.stderr and seconds < 20, (seconds, proc.stderr)  # no request sent
+
+
+HUB_TASK = """task: hub_sample
+dataset_path: someorg/some_dataset
+test_split: test
+output_type: generate_until
+doc_to_text: "{{question}}"
+doc_to_target: answer
+metric_list:
+  - metric: exact_match
+"""
+
+
+def test_an_unreachable_lm_eval_dataset_is_the_same_one_probe_and_one_line(tmp_path):
+    """``task=lm_eval`` asks the hub as the other tasks do: one probe, then the datasets cache alone, then one line
+    naming ``task.name`` (not huggingface_hub's retry loop and a traceback)."""
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "hub_sample.yaml").write_text(HUB_TASK)
+    proc, seconds = _job(["task=lm_eval", "task.name=hub_sample", f"task.include_path={tasks}",
+                          "task.include_defaults=false", "model=tiny_llama"], tmp_path)
+    assert proc.stderr.strip().splitlines() == [
+        f"error: task.name: the dataset of lm-eval task 'hub_sample' is unreachable (ConnectError at {CLOSED}) and "
+        "not in the local cache; run it once where the hub answers (the datasets cache is then read offline), or give "
+        "task.include_path a task YAML whose dataset is a local file"], proc.stderr
+    assert proc.returncode == 2 and seconds < LIMIT_S, (proc.returncode, seconds)

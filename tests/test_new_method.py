@@ -99,12 +99,12 @@ def test_it_shows_up_in_the_hydra_group(registered):
     # the new knob is a key of every method's node: one sweep sets it for all (the others ignore it)
     assert validate(["-m", *TINY, "compression=snapstream,keep_first", "compression.first_k=12"]) == []
     assert validate([*TINY, "compression=keep_first", "compression.frist_k=3"]) == [
-        "compression.frist_k: no such key (`python -m evals.run --cfg job` prints every key and its value)"
+        "compression.frist_k: no such key (did you mean compression.first_k?) (`python -m evals.run --cfg job` "
+        "prints every key and its value)"
     ]
     (line,) = validate([*TINY, "compression=keep_frist"])
-    assert line == (
-        "compression=keep_frist: unknown option; available: keep_first, none, snapkv, snapstream, streaming_llm"
-    )
+    assert line.startswith("compression=keep_frist: unknown option; available: ")
+    assert line.split("available: ")[1].split(" (")[0].split(", ") == sorted(METHODS) == sorted(options("compression"))
     del METHODS["keep_first"]  # unregistered again: its node and knob leave the group at the next registration
     assert validate([*TINY, "compression=keep_first"])[0].startswith("compression=keep_first: unknown option")
     assert "first_k" not in compose_cfg([*TINY]).compression
@@ -128,3 +128,35 @@ def test_its_runs_are_named_tabled_and_labelled(registered, tmp_path):
     path, head = write_report(tmp_path)
     assert set(head["label"]) == {"keep_first (first_k=12)", "keep_first (first_k=20)"}
     assert "keep_first (first_k=12)" in path.read_text()
+
+
+def test_the_tests_that_enumerate_methods_pass_with_a_method_without_yaml(registered):
+    """The registry, not a list of four names, is what the other tests enumerate; the YAML file is optional."""
+    import tests.test_conf_defaults as conf_tests
+    from evals.conf_store import has_yaml, register_methods
+
+    assert not has_yaml("keep_first") and "keep_first" in register_methods()
+    conf_tests.test_every_yaml_is_a_registered_method()
+    conf_tests.test_the_composed_node_carries_every_knob_and_equals_the_generated_one("keep_first")
+    conf_tests.test_generated_tags_resolve_to_todays_directory_names()
+    with pytest.raises(pytest.skip.Exception):
+        conf_tests.test_yaml_keys_defaults_and_tag_equal_the_generated_node("keep_first")
+
+
+@dataclass(frozen=True)
+class Seeded(KeepFirst):
+    """A method whose knob has the name of a row column."""
+
+    method: ClassVar[str] = "seeded"
+    seed: int = 0
+
+
+def test_a_knob_named_like_a_row_column_is_refused_at_registration_with_one_line(monkeypatch):
+    from evals.conf_store import register_methods
+
+    monkeypatch.setitem(METHODS, "seeded", Seeded)
+    for register in (register_methods, row_columns):
+        with pytest.raises(ValueError) as err:
+            register()
+        assert str(err.value) == ("compression method 'seeded': knob 'seed' has the name of a result-row column; "
+                                  "rename the field of Seeded (e.g. seeded_seed)")

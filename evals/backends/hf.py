@@ -55,6 +55,20 @@ def encode_prompt(tokenizer: Any, model_cfg: Any, prompt: Prompt) -> list[int]:
     )
 
 
+def positions_advice(prompt_tokens: int, max_new: int, positions: int, model: str) -> str:
+    """The warning for a request that passes the model's trained positions, with the fix that applies: a prompt that
+    alone fills them is cut (or its items chosen) by the task, since no ``gen.max_new_tokens`` can help; otherwise
+    fewer new tokens keep the decode within them."""
+    if prompt_tokens >= positions:
+        return (f"the prompt alone ({prompt_tokens} tokens) fills the {positions} positions {model} was trained for, "
+                "so every generated token is out of distribution and lowering gen.max_new_tokens cannot help: cut "
+                "the prompts with the task's length knob (task.max_len, task.context_tokens), choose items with "
+                "task.limit or the task's filters, or use a model with a longer context")
+    return (f"gen.max_new_tokens={max_new} with a prompt of {prompt_tokens} tokens goes past the {positions} positions "
+            f"{model} was trained for: tokens beyond position {positions} are generated out of distribution (lower "
+            f"gen.max_new_tokens to {positions - prompt_tokens} or less, or cut the prompts)")
+
+
 class HFBackend:
     name = "hf"
     loads_weights = True
@@ -104,9 +118,7 @@ class HFBackend:
         if positions is None or prompt_tokens + max_new <= positions or self._warned_positions:
             return
         self._warned_positions = True
-        log.warning("gen.max_new_tokens=%d with a prompt of %d tokens goes past the %d positions %s was trained for: "
-                    "tokens beyond position %d are generated out of distribution (lower gen.max_new_tokens)",
-                    max_new, prompt_tokens, positions, self.model_cfg.name, positions)
+        log.warning(positions_advice(prompt_tokens, max_new, positions, str(self.model_cfg.name)))
 
     def meta(self) -> dict[str, Any]:
         """For ``meta.json``: ``decode_compile`` = the ``gen.compile`` value, whether decode ran compiled, the first

@@ -1,4 +1,4 @@
-"""The shared memory model of one job on one device (issue 28; docs/plan.md), in bytes. Pure arithmetic.
+"""The shared memory model of one job on one device (docs/plan.md), in bytes. Pure arithmetic.
 
 Prefill of one prompt of ``T`` tokens (layer-major, in chunks of ``chunk`` tokens; the method keeps ``kept``)::
 

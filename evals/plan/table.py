@@ -13,7 +13,7 @@ COLUMNS = (
     "max_prompt_tokens", "mean_prompt_tokens", "mean_gen_tokens", "peak_gib", "prefill_hours", "decode_hours",
     "gpu_hours", "same_as", "reason", "run_dir",
 )
-TODAY_COMPILED_GPU_HOURS = 750  # issue 28's estimate of the grid as shipped (after its OOM fixes), compiled
+TODAY_COMPILED_GPU_HOURS = 750  # the paper grid's estimate before rows were planned (after its OOM fixes), compiled
 TODAY_EAGER_GPU_HOURS = 1940
 
 
@@ -77,7 +77,7 @@ def render(planned: list[Planned], memory_gib: float) -> str:
         f"jobs {t['jobs']}, run directories {t['run_dirs']} ({t['same_dir']} jobs share one), "
         f"{t['aliased']} identical to the full cache, {t['computed']} computed",
         f"GPU-hours: {t['gpu_hours']:.1f} ({t['gpu_hours_without_dedup']:.1f} without deduplication); "
-        f"{t['gpu_hours'] / TODAY_COMPILED_GPU_HOURS:.2f}x issue 28's estimate of the grid as shipped "
+        f"{t['gpu_hours'] / TODAY_COMPILED_GPU_HOURS:.2f}x the estimate of this grid before rows were planned "
         f"(~{TODAY_COMPILED_GPU_HOURS} compiled, ~{TODAY_EAGER_GPU_HOURS} eager)",
         f"largest peak {t['max_peak_gib']:.1f} GiB of plan.memory_gib={memory_gib:g}"
         + (f"; {t['unfit']} job(s) do not fit" if t["unfit"] else "; every job fits"),

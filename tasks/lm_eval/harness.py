@@ -136,7 +136,7 @@ def _build(key: str, cfg):
     if key in _BUILT:
         return _BUILT[key]
     name = cfg.name
-    loaded = manager_for(cfg).load([name])["tasks"]
+    loaded = _load_task(manager_for(cfg), name)
     if len(loaded) != 1:
         raise ValueError(f"task.name: {name!r} expands to {len(loaded)} lm-eval tasks; name one: {sorted(loaded)}")
     (task,) = loaded.values()
@@ -155,6 +155,31 @@ def _build(key: str, cfg):
     generation(task)  # refuse unsupported generation kwargs now, before any model loads
     _BUILT[key] = task
     return task
+
+
+def _load_task(tm, name: str) -> dict[str, Any]:
+    """lm-eval's task objects for ``name`` (their datasets read with ``datasets.load_dataset``), asking the hub as the
+    other tasks do (:mod:`tasks.hub`): when it is not to be asked, from the local cache alone; a dataset found
+    nowhere is one ``ValueError`` naming ``task.name``, not ``huggingface_hub``'s retry loop and a traceback."""
+    from tasks.hub import datasets_cache_only, offline_reason
+
+    reason = offline_reason()
+    try:
+        if reason is None:
+            return tm.load([name])["tasks"]
+        with datasets_cache_only():
+            return tm.load([name])["tasks"]
+    except ValueError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - not cached, a broken cache, auth, a missing split: one clear line
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if reason is not None:
+            raise ValueError(
+                f"task.name: the dataset of lm-eval task {name!r} is unreachable ({reason}) and not in the local "
+                "cache; run it once where the hub answers (the datasets cache is then read offline), or give "
+                "task.include_path a task YAML whose dataset is a local file"
+            ) from None
+        raise ValueError(f"task.name: cannot load the dataset of lm-eval task {name!r}: {first}") from None
 
 
 def generation(task) -> tuple[tuple[str, ...], dict[str, Any]]:

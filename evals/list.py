@@ -1,0 +1,73 @@
+"""``python -m evals.list``: what a run can be made of, one line each: tasks, compression methods with their knobs,
+models, experiments and backends.
+
+Read from the registries and the config folder (``tasks.registry.TASKS``, ``snapstream_core.methods.METHODS``,
+``conf/<group>/*.yaml``), never from a list kept here: a task, method or model added the documented way shows up.
+A line's description is the first sentence of its YAML file's header comment.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+CONF = Path(__file__).resolve().parent.parent / "conf"
+
+
+def describe(path: Path) -> str:
+    """The first sentence of a YAML file's header comment (``@package`` lines skipped), without file references."""
+    lines = []
+    for line in path.read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        text = line.lstrip("#").strip()
+        if text.startswith("@package"):
+            continue
+        lines.append(text)
+    text = " ".join(lines)
+    text = re.sub(r"\s+(?:under |in |at )?\$\{[^}]*\}", "", text)  # interpolations: the resolved config says
+    text = re.sub(r"\s*\((?:see )?(?:tasks|evals|snapstream_core|conf)/[\w/.]*\)", "", text)
+    return re.split(r"(?<=[\w)`'}])\. |; ", text, maxsplit=1)[0].rstrip(".")
+
+
+def _options(group: str) -> dict[str, str]:
+    return {p.stem: describe(p) for p in sorted((CONF / group).glob("*.yaml"))}
+
+
+def lines() -> list[str]:
+    """Every line ``python -m evals.list`` prints."""
+    from evals.conf_store import own_defaults
+    from snapstream_core.methods import METHODS
+    from tasks.registry import TASKS
+
+    out = []
+    tasks = _options("task")
+    width = max(len(n) for n in [*TASKS, *METHODS, *_options("model"), *_options("experiment")]) + 14
+    out.append("tasks (task=NAME):")
+    for name in TASKS:
+        out.append(f"  {f'task={name}'.ljust(width)}{tasks.get(name, '')}")
+    out.append("compression methods (compression=NAME, knobs at their defaults: compression.KNOB=VALUE):")
+    for name, cls in METHODS.items():
+        knobs = " ".join(f"{k}={v}" for k, v in own_defaults(cls).items()) or "no knobs"
+        out.append(f"  {f'compression={name}'.ljust(width)}{knobs}")
+    out.append("models (model=NAME):")
+    for name, text in _options("model").items():
+        out.append(f"  {f'model={name}'.ljust(width)}{text}")
+    out.append("experiments (-m +experiment=NAME):")
+    for name, text in _options("experiment").items():
+        out.append(f"  {f'+experiment={name}'.ljust(width)}{text}")
+    out.append("backends (backend=NAME):")
+    for name, text in _options("backend").items():
+        out.append(f"  {f'backend={name}'.ljust(width)}{text}")
+    out.append("every key of a run and its value: python -m evals.run --cfg job [overrides]")
+    return out
+
+
+def main() -> int:
+    print("\n".join(lines()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""``python -m evals.list``: every task, method (with its knobs), model, experiment and backend, one line each, read
+from the registries and the config folder."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from evals.cli import options
+from evals.list import lines
+from snapstream_core.methods import METHODS
+from tasks.registry import TASKS
+from tests.runner_utils import ROOT
+from tests.test_new_method import KeepFirst
+
+
+def test_every_registered_name_is_one_line_with_its_description_or_knobs(monkeypatch):
+    monkeypatch.setitem(METHODS, "keep_first", KeepFirst)
+    out = lines()
+    for prefix, names in (("task=", TASKS), ("compression=", METHODS), ("model=", options("model")),
+                          ("+experiment=", options("experiment")), ("backend=", options("backend"))):
+        for name in names:
+            (line,) = [x for x in out if x.split()[0] == f"{prefix}{name}"]
+            assert len(line.split(None, 1)) == 2, line  # a description or the knobs follow
+    (listed,) = [x for x in out if x.split()[0] == "compression=keep_first"]
+    assert "first_k=16" in listed
+    assert [x for x in out if x.split()[0] == "compression=snapstream"][0].count("prompt_budget=") == 1
+
+
+def test_no_line_names_an_issue_an_internal_file_or_an_interpolation():
+    text = "\n".join(lines())
+    for leak in ("issue", "${", "tasks/", "evals/", "snapstream_core/", "conf/"):
+        assert leak not in text, leak
+
+
+def test_the_module_runs_from_the_command_line():
+    proc = subprocess.run([sys.executable, "-m", "evals.list"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.splitlines()[0] == "tasks (task=NAME):", proc.stderr
+
+
+def test_the_readme_opens_with_the_two_commands_then_the_list_command():
+    text = (ROOT / "README.md").read_text()
+    first_block = text.split("```bash\n", 1)[1].split("```", 1)[0].splitlines()
+    assert [line.split("#")[0].strip() for line in first_block] == ["make eval", "make test"]
+    assert text.index("python -m evals.list") < text.index("## Common tasks")
