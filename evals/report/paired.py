@@ -4,7 +4,8 @@ The per-item score is the mean of ``correct`` over the item's samples (in the un
 rates), which is the headline metric of needle and LongBench-v2 (accuracy) and of AIME and LiveCodeBench (pass@1).
 The reference is the ``method=none`` run with the same ``pair_key`` (same model, task and data, sampling and backend;
 :mod:`evals.report.load`); runs without a ``meta.json`` fall back to the only ``none`` run of their (model, task).
-Interval (paired bootstrap) and p-value (sign-flip test): :func:`evals.stats.paired_bootstrap` over the paired items.
+Interval (paired bootstrap) and p-value (sign-flip test): :func:`evals.stats.paired_bootstrap` over the paired items;
+``mde_80``: the smallest true difference this comparison detects with 80% power (:func:`evals.power.mde_80`).
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from evals.power import mde_80
 from evals.stats import paired_bootstrap
 
 log = logging.getLogger(__name__)
 
-COLUMNS = ["run", "reference", "delta", "delta_stderr", "delta_ci_lo", "delta_ci_hi", "p_value", "n_paired"]
+COLUMNS = ["run", "reference", "delta", "delta_stderr", "delta_ci_lo", "delta_ci_hi", "p_value", "n_paired", "mde_80"]
 
 
 def item_scores(run_dir: str | Path, scale: float = 1.0) -> pd.Series | None:
@@ -29,9 +31,14 @@ def item_scores(run_dir: str | Path, scale: float = 1.0) -> pd.Series | None:
     rows = pd.read_csv(path, usecols=lambda c: c in ("item_id", "correct"))
     if not {"item_id", "correct"} <= set(rows.columns) or rows.empty:
         return None
-    correct = rows["correct"].map(lambda v: float(str(v).strip().lower() in ("true", "1", "1.0")) if isinstance(
+    return correct_values(rows["correct"]).groupby(rows["item_id"].astype(str), sort=True).mean() * scale
+
+
+def correct_values(correct: pd.Series) -> pd.Series:
+    """``correct`` as floats in [0, 1] (``True``/``"true"``/``1`` -> 1.0; missing -> 0.0: an ungraded sample
+    counts wrong and stays in the denominator)."""
+    return correct.map(lambda v: float(str(v).strip().lower() in ("true", "1", "1.0")) if isinstance(
         v, str) else (0.0 if pd.isna(v) else float(v)))
-    return correct.groupby(rows["item_id"].astype(str), sort=True).mean() * scale
 
 
 def _reference(run: pd.Series, nones: pd.DataFrame) -> pd.Series | None:
@@ -66,5 +73,6 @@ def paired_deltas(head: pd.DataFrame, *, iters: int = 1000, seed: int = 0) -> pd
             log.warning("report: %s and %s share no items; no paired delta", run["run"], ref["run"])
             continue
         res = paired_bootstrap(a[common].to_numpy(), b[common].to_numpy(), iters=iters, seed=seed)
-        out.append([run["run"], ref["run"], res.delta, res.stderr, res.ci_lo, res.ci_hi, res.p_value, res.n])
+        mde = mde_80(b[common].to_numpy() - a[common].to_numpy())  # evals.power: the loss found with 80% power
+        out.append([run["run"], ref["run"], res.delta, res.stderr, res.ci_lo, res.ci_hi, res.p_value, res.n, mde])
     return pd.DataFrame(out, columns=COLUMNS)

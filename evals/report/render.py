@@ -28,16 +28,19 @@ UNITS_NOTE = ("Units: rates (accuracy, pass@k, cons@n, answered, key_prefix, sha
               "score interval for a rate whose items each score 0 or 100 % (right at 0 and at n), else a percentile "
               "bootstrap over items (an item keeps all its samples); summary.csv's ci_method says which. Δ is the "
               "paired difference to the full-cache run on the same items, in points, with a paired-bootstrap 95% "
-              "interval and a two-sided sign-flip p-value; on fewer than {small} paired items Δ and p are marked "
+              "interval and a two-sided sign-flip p-value; MDE 80% is the smallest true Δ that a comparison of this "
+              "paired spread and n detects with 80% power (paired t, two-sided 5%); on fewer than {small} paired "
+              "items Δ and p are marked "
               f"{NOT_MEANINGFUL} (not meaningful). A dash: the value does not apply.").replace("{small}", str(SMALL_N))
 DELTAS_COLUMNS = ["model", "task", "method", "label", "budget", "metric", "unit", "value", "reference", "delta",
-                  "ci_low", "ci_high", "p_value", "n_items", "meaningful"]
+                  "ci_low", "ci_high", "p_value", "n_items", "meaningful", "mde_80"]
 
 
 def deltas_table(head: pd.DataFrame, deltas: pd.DataFrame) -> pd.DataFrame:
     """``deltas.csv``: one row per compressed run with a full-cache reference, i.e. per (model, task, method,
     budget, metric) of the headline: its value, the reference's, Δ with its paired 95% interval, the sign-flip
-    p-value, the paired items, and whether n reaches SMALL_N."""
+    p-value, the paired items, whether n reaches SMALL_N, and ``mde_80`` (the smallest true difference the
+    comparison detects with 80% power, :func:`evals.power.mde_80`)."""
     if deltas.empty:
         return pd.DataFrame(columns=DELTAS_COLUMNS)
     values = head.set_index("run")
@@ -48,7 +51,8 @@ def deltas_table(head: pd.DataFrame, deltas: pd.DataFrame) -> pd.DataFrame:
                      "budget": run["prompt_budget"], "metric": run["metric"], "unit": run["unit"],
                      "value": run["value"], "reference": ref["value"], "delta": d["delta"],
                      "ci_low": d["delta_ci_lo"], "ci_high": d["delta_ci_hi"], "p_value": d["p_value"],
-                     "n_items": int(d["n_paired"]), "meaningful": bool(d["n_paired"] >= SMALL_N)})
+                     "n_items": int(d["n_paired"]), "meaningful": bool(d["n_paired"] >= SMALL_N),
+                     "mde_80": d["mde_80"]})
     return pd.DataFrame(rows, columns=DELTAS_COLUMNS)
 
 

@@ -205,7 +205,8 @@ def behaviour_table(head: pd.DataFrame, deltas: pd.DataFrame) -> pd.DataFrame:
     """One row per run: the headline with its 95% interval, Δ vs the full cache with its interval and p-value, and
     the behaviour columns."""
     table = head.merge(deltas, on="run", how="left") if len(deltas) else head.assign(
-        delta=math.nan, delta_ci_lo=math.nan, delta_ci_hi=math.nan, p_value=math.nan, n_paired=math.nan)
+        delta=math.nan, delta_ci_lo=math.nan, delta_ci_hi=math.nan, p_value=math.nan, n_paired=math.nan,
+        mde_80=math.nan)
     out = pd.DataFrame({
         "model": table["model"], "task": table["task"], "method": table["label"],
         "budget": table["prompt_budget"].map(fmt),
@@ -221,6 +222,7 @@ def behaviour_table(head: pd.DataFrame, deltas: pd.DataFrame) -> pd.DataFrame:
                                        table["n_paired"].fillna(0))],
         "p": [DASH if pd.isna(p) else (NOT_MEANINGFUL if n < SMALL_N else ("<0.001" if p < 0.001 else f"{p:.3f}"))
               for p, n in zip(table["p_value"], table["n_paired"].fillna(0))],
+        "MDE 80%": [fmt(m, u) for m, u in zip(table["mde_80"], table["unit"])],
     })
     units = {"mean_gen_tokens": "tokens", "mean_kv_tokens_peak": "tokens", "mean_kv_bytes_peak": "MiB"}
     for metric, title in BEHAVIOUR.items():
