@@ -62,9 +62,10 @@ def check_searchable(cfg: Any) -> None:
         raise ValueError(f"compression={method}: has no prompt_budget to search over")
     from tasks import get_task
 
-    task = get_task(cfg.task.get("module") or cfg.task.name)
-    if hook(task, "PRIMARY_METRIC") is None:
-        raise ValueError(f"task={cfg.task.name}: no paired headline (its headline is not a mean of per-item scores "
+    module = cfg.task.get("module") or cfg.task.name
+    if hook(get_task(module), "PRIMARY_METRIC") is None:
+        named = f"task={module}" + (f" ({cfg.task.name})" if module != cfg.task.name else "")
+        raise ValueError(f"{named}: no paired headline (its headline is not a mean of per-item scores "
                          "declared by PRIMARY_METRIC), so a budget cannot be tested against the full cache")
 
 
