@@ -55,3 +55,41 @@ def test_variance_parts_split_between_and_within_items():
     assert parts.between == pytest.approx(0.04, rel=0.1)
     assert parts.within == pytest.approx(0.25, rel=0.05)
     assert parts.sd(k) ** 2 == pytest.approx(parts.total, rel=1e-9)
+
+
+def _run(root, name, method, budget, correct):
+    """A run directory as evals.run writes it, reduced to what the report and evals.power read: ``correct`` is
+    ``(items, samples)``."""
+    import json
+
+    import pandas as pd
+
+    run_dir = root / name
+    run_dir.mkdir()
+    n, k = correct.shape
+    value = 100.0 * correct.mean()
+    pd.DataFrame([{"model": "m", "task": "aime24", "method": method, "prompt_budget": budget, "recent": None,
+                   "metric": "pass@1", "group": "all", "value": value, "stderr": 1.0, "ci_lo": value - 5,
+                   "ci_hi": value + 5, "unit": "%", "n": n, "run_id": name}]).to_csv(run_dir / "summary.csv",
+                                                                                       index=False)
+    pd.DataFrame({"item_id": np.repeat([f"i{j}" for j in range(n)], k), "sample_idx": np.tile(np.arange(k), n),
+                  "correct": correct.reshape(-1).astype(bool)}).to_csv(run_dir / "samples.csv", index=False)
+    identity = {"model": "m", "task": "aime24", "compression": {"method": method, "prompt_budget": budget}}
+    meta = {"identity": identity, "fingerprint": name, "config": {"task": {"plan": {"n_items": 30}}}}
+    (run_dir / "meta.json").write_text(json.dumps(meta))
+
+
+def test_power_command_sizes_a_benchmark_from_a_pilot(tmp_path, capsys):
+    from evals.power import main, power_table
+
+    rng = np.random.default_rng(0)
+    q = rng.uniform(0.1, 0.9, size=(30, 1))
+    _run(tmp_path, "full", "none", None, rng.random((30, 4)) < q)
+    _run(tmp_path, "snap", "snapkv", 1024, rng.random((30, 4)) < q - 0.05)
+    rows = power_table(tmp_path, margin=2.0)
+    assert [r["samples"] for r in rows] == [1, 2, 4, 8, 16, 32, 64] and {r["pilot_samples"] for r in rows} == {4}
+    needed = [r["items_needed"] for r in rows]
+    assert needed == sorted(needed, reverse=True) and needed[0] > 30  # more samples per item: fewer items
+    assert main([str(tmp_path), "--max-loss", "2"]) == 0
+    assert "aime24 has 30 items, fewer than the" in capsys.readouterr().out
+    assert main([str(tmp_path), "--max-loss", "0"]) == 2
