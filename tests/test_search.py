@@ -49,6 +49,7 @@ def test_the_sequence_runs_from_the_largest_budget_down_and_stops_at_the_first_f
     (["search.max_loss=2", "search.alpha=0.7"], "search.alpha: must be a number in (0, 0.5)"),
     (["search.max_loss=2", "search.margin=3"], "search.margin: no such search knob"),
     (["search.max_loss=2", "compression.prompt_budget=64"], "compression.prompt_budget: set by the search"),
+    (["search.max_loss=2", "hydra/launcher=slurm"], "hydra/launcher: evals.search runs the jobs"),
 ])
 def test_bad_search_knobs_are_one_line(args, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):

@@ -65,6 +65,9 @@ def split_args(argv: list[str]) -> tuple[SearchOptions, list[str]]:
             except yaml.YAMLError:
                 raise ValueError(f"{bare}: cannot read {value!r}") from None
             continue
+        if bare.startswith(("hydra/", "hydra.")):
+            raise ValueError(f"{bare}: evals.search runs the jobs of its searches one after another in this process "
+                             "(no Hydra launcher); start the search itself where the jobs should run")
         if bare in ("compression.prompt_budget", "compression.ratio"):
             raise ValueError(f"{bare}: set by the search for each budget; give search.budgets instead")
         rest.append(arg)
