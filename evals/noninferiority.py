@@ -83,9 +83,11 @@ def is_binary(a: np.ndarray, b: np.ndarray, scale: float) -> bool:
 
 
 def noninferiority(a: Sequence[float], b: Sequence[float], margin: float, alpha: float,
-                   scale: float = 1.0) -> NonInferiority:
+                   scale: float = 1.0, one_sample: bool = True) -> NonInferiority:
     """Test ``mean(a - b) >= margin`` on paired per-item scores ``a`` (full cache) and ``b`` (compressed), each of
-    shape ``(n,)`` in the unit of ``margin``; ``scale`` is a solved item's score (100 for percent)."""
+    shape ``(n,)`` in the unit of ``margin``; ``scale`` is a solved item's score (100 for percent). The exact test
+    is used when each item is one 0/1 verdict: ``one_sample`` (one sample per item) and every score 0 or ``scale``;
+    means over several samples get the t-test even when they happen to be 0 or ``scale``."""
     x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if x.shape != y.shape or x.ndim != 1:
         raise ValueError(f"noninferiority: a and b must score the same items, got {x.shape} and {y.shape}")
@@ -95,7 +97,7 @@ def noninferiority(a: Sequence[float], b: Sequence[float], margin: float, alpha:
     delta = float((y - x).mean()) if n else math.nan
     if n == 0:
         return NonInferiority(delta, 1.0, False, 0, PAIRED_T)
-    if is_binary(x, y, scale):
+    if one_sample and is_binary(x, y, scale):
         n10 = int(((x == scale) & (y == 0)).sum())
         n01 = int(((x == 0) & (y == scale)).sum())
         p = float(p_discordant(n10, n01, n, margin / scale, alpha))

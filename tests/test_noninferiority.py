@@ -71,6 +71,7 @@ def test_the_scalar_test_matches_the_vectorised_ones():
     n10 = int(((a == 100) & (b == 0)).sum())
     n01 = int(((a == 0) & (b == 100)).sum())
     assert res.test.startswith("exact") and res.p_value == pytest.approx(float(p_discordant(n10, n01, 50, 0.3, ALPHA)))
+    assert noninferiority(a, b, margin=30.0, alpha=ALPHA, scale=100.0, one_sample=False).test == "paired t"
     half = np.where(np.arange(50) % 2 == 0, 50.0, 100.0)
     res = noninferiority(half, half - 1.0, margin=2.0, alpha=ALPHA, scale=100.0)
     assert res.test == "paired t" and res.safe and res.delta == pytest.approx(-1.0)

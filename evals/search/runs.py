@@ -28,6 +28,7 @@ class Headline:
     ci_lo: float
     ci_hi: float
     items: pd.Series  # item_id -> mean score of the item's samples, in the headline's unit
+    samples_per_item: int  # the most samples any item has
 
 
 @dataclass(frozen=True)
@@ -84,8 +85,9 @@ def headline_of(run_dir: Path, task: str) -> Headline:
     if items is None or not math.isclose(float(items.mean()), value, rel_tol=1e-6, abs_tol=1e-6):
         raise ValueError(f"task={task}: no paired headline ({metric} = {value:.6g} is not the mean of the "
                          "per-item scores), so a budget cannot be tested against the full cache")
+    ids = pd.read_csv(run_dir / "samples.csv", usecols=["item_id"])["item_id"].astype(str)
     return Headline(run_dir, metric, unit, value, float(row.get("ci_lo", math.nan)),
-                    float(row.get("ci_hi", math.nan)), items)
+                    float(row.get("ci_hi", math.nan)), items, int(ids.value_counts().max()))
 
 
 def longest_prompt(run_dir: Path) -> int:
@@ -110,5 +112,6 @@ def measure(budget: int, run: Headline, reference: Headline, ratio: float, max_l
     a, b = reference.items[common].to_numpy(), run.items[common].to_numpy()
     paired = paired_bootstrap(a, b)  # the report's defaults (iters, seed): the same numbers as deltas.csv
     scale = 100.0 if run.unit == "%" else 1.0
-    test = noninferiority(a, b, max_loss, alpha, scale)
+    one = run.samples_per_item == 1 and reference.samples_per_item == 1
+    test = noninferiority(a, b, max_loss, alpha, scale, one_sample=one)
     return Measured(budget, ratio, run, reference, paired.delta, paired.ci_lo, paired.ci_hi, paired.n, test)
