@@ -137,3 +137,14 @@ def test_a_budget_not_shown_safe_ends_the_search(tmp_path, capsys):
     table = pd.read_csv(tmp_path / "search.csv")
     assert list(table["verdict"]) == ["not_tested", "not_shown"]
     assert not any("pb64" in p.name for p in tmp_path.rglob("*"))  # the untested budget was never run
+
+
+def test_a_sweep_runs_one_search_per_combination_over_one_full_cache(tmp_path, capsys):
+    args = ["-m", *ARGS[:-1], "task.n_items=6", "compression=snapkv,streaming_llm", f"out_root={tmp_path}",
+            "search.max_loss=10", "search.budgets=[128]"]
+    assert main(args) == 0
+    answers = [line for line in capsys.readouterr().out.splitlines() if line.startswith("no tested budget")]
+    assert len(answers) == 2
+    table = pd.read_csv(tmp_path / "search.csv")
+    assert sorted(table["method"]) == ["snapkv", "streaming_llm"] and set(table["reference"]) == {0.0}
+    assert len(list(tmp_path.rglob("none/*/fp-*/meta.json"))) == 1  # both searches share the full-cache run
