@@ -8,6 +8,8 @@
   themselves (the report's ``mde_80`` column).
 - :func:`items_needed`: the items a one-sided non-inferiority test at ``alpha`` needs to show ``loss < margin``
   with the given power when the true loss is ``true_loss``.
+- :func:`exact_power`, :func:`exact_items_needed`: the same for 0/1 items under the search's exact test (an exact
+  multinomial computation over every outcome), from the pilot's share of discordant items.
 - :func:`variance_parts`: a pilot's paired variance split into the part between items and the part from sampling
   within an item (per-sample differences paired by ``sample_idx``: the same seeds), so that the variance of a mean
   over ``k`` samples per item is ``between + within / k``.
@@ -98,6 +100,37 @@ def items_needed(sd: float, margin: float, alpha: float = ALPHA, power: float = 
     return n
 
 
+def exact_power(n: int, p10: float, p01: float, margin: float, alpha: float = ALPHA) -> float:
+    """The exact power of the search's test for 0/1 items (:func:`evals.noninferiority.p_discordant`) on ``n``
+    items whose discordance is ``p10`` (full cache right, compressed wrong) and ``p01``: the sum of the
+    multinomial probabilities of every ``(n10, n01)`` the test rejects. ``margin``: a fraction."""
+    from scipy.stats import multinomial
+
+    from evals.noninferiority import p_discordant
+
+    n10, n01 = np.meshgrid(np.arange(n + 1), np.arange(n + 1), indexing="ij")
+    ok = n10 + n01 <= n
+    n10, n01 = n10[ok], n01[ok]
+    reject = p_discordant(n10, n01, n, margin, alpha) <= alpha
+    prob = multinomial.pmf(np.stack([n10, n01, n - n10 - n01], axis=-1), n, [p10, p01, 1.0 - p10 - p01])
+    return float(prob[reject].sum())
+
+
+def exact_items_needed(p10: float, p01: float, margin: float, alpha: float = ALPHA, power: float = POWER,
+                       most: int = 3000) -> int | None:
+    """The fewest items (up to ``most``) at which :func:`exact_power` reaches ``power`` (the first such n: power is
+    not monotone in n for a discrete test, so a few more items can dip below it); None beyond ``most``."""
+    lo, hi = 1, 2
+    while exact_power(hi, p10, p01, margin, alpha) < power:
+        lo, hi = hi, hi * 2
+        if hi > most:
+            return None
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if exact_power(mid, p10, p01, margin, alpha) >= power else (mid, hi)
+    return hi
+
+
 @dataclass(frozen=True)
 class VarianceParts:
     """A pilot's paired differences: ``n`` items, ``k`` samples per item, ``total`` = var of the per-item mean
@@ -147,6 +180,8 @@ def power_table(root: Path, margin: float, alpha: float = ALPHA, power: float = 
                 true_loss: float = 0.0) -> list[dict]:
     """One row per compressed run under ``root`` with a full-cache reference and samples per item: the items
     needed at each ``k`` of ``SAMPLES`` (and the pilot's own k), beside the benchmark's size."""
+    import pandas as pd
+
     from evals.report.load import collect
     from evals.report.paired import paired_deltas
     from evals.report.tables import headline
@@ -161,14 +196,23 @@ def power_table(root: Path, margin: float, alpha: float = ALPHA, power: float = 
         if diffs is None or len(diffs) < 2:
             continue
         parts = variance_parts(diffs)
+        budget = None if pd.isna(run["prompt_budget"]) else int(run["prompt_budget"])
+        base = {"model": run["model"], "task": run["task"], "method": run["label"], "budget": budget,
+                "pilot_items": parts.n, "pilot_samples": parts.k, "benchmark_items": benchmark_size(run["run_dir"])}
+        scale = 100.0 if run["unit"] == "%" else 1.0
+        if parts.k == 1 and np.isin(diffs, (-scale, 0.0, scale)).all():  # one 0/1 verdict per item: the exact test
+            share = float((diffs != 0).mean())  # discordant items; the true loss splits them
+            p10, p01 = (share + true_loss / scale) / 2, (share - true_loss / scale) / 2
+            need = exact_items_needed(min(1.0, p10), max(0.0, p01), margin / scale, alpha, power) if p01 >= 0 else None
+            out.append({**base, "samples": 1, "sd": float(diffs.std(ddof=1)), "test": "exact discordant",
+                        "items_needed": need})
+            continue
         for k in sorted({*SAMPLES, parts.k}):
             if parts.k == 1 and k > 1:
                 continue  # one sample per item: no within-item variance to extrapolate from
             sd = parts.sd(k)
-            out.append({"model": run["model"], "task": run["task"], "method": run["label"],
-                        "budget": run["prompt_budget"], "pilot_items": parts.n, "pilot_samples": parts.k,
-                        "samples": k, "sd": sd, "items_needed": items_needed(sd, margin, alpha, power, true_loss),
-                        "benchmark_items": benchmark_size(run["run_dir"])})
+            need = items_needed(sd, margin, alpha, power, true_loss) if sd > 0 else None
+            out.append({**base, "samples": k, "sd": sd, "test": "paired t", "items_needed": need})
     return out
 
 
@@ -215,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         need, have = r["items_needed"], r["benchmark_items"]
         if have is not None and (need is None or need > have):
-            print(f"{r['task']} has {have} items, fewer than the {need or f'>{MAX_ITEMS}'} needed for "
+            print(f"{r['task']} has {have} items, fewer than the {need or 'more than can be sized'} needed for "
                   f"{r['method']} @ {r['budget']} with {r['samples']} samples per item")
     return 0
 

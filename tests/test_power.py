@@ -8,7 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from evals.power import items_needed, mde, mde_80, t_power, variance_parts
+from evals.noninferiority import noninferiority
+from evals.power import exact_items_needed, exact_power, items_needed, mde, mde_80, t_power, variance_parts
 
 # TTestPower().power(effect_size=e, nobs=n, alpha=a, alternative=alt), statsmodels 0.14.5
 POWER_CASES = [
@@ -93,3 +94,26 @@ def test_power_command_sizes_a_benchmark_from_a_pilot(tmp_path, capsys):
     assert main([str(tmp_path), "--max-loss", "2"]) == 0
     assert "aime24 has 30 items, fewer than the" in capsys.readouterr().out
     assert main([str(tmp_path), "--max-loss", "0"]) == 2
+
+
+@pytest.mark.parametrize("n,p10,p01,margin", [(5, 0.1, 0.05, 0.5), (6, 0.3, 0.2, 0.6), (4, 0.0, 0.0, 0.8)])
+def test_exact_power_is_the_sum_over_every_outcome_of_the_items(n, p10, p01, margin):
+    """Brute force: every sequence of n items (each concordant, lost or gained), its probability, and the scalar
+    test on the per-item scores it gives."""
+    import itertools
+
+    total = 0.0
+    for outcome in itertools.product((0, 1, 2), repeat=n):  # 0 concordant, 1 lost, 2 gained
+        a = np.array([1.0 if o == 1 else 0.0 for o in outcome])
+        b = np.array([1.0 if o == 2 else 0.0 for o in outcome])
+        prob = np.prod([(1 - p10 - p01, p10, p01)[o] for o in outcome])
+        if noninferiority(a, b, margin, 0.05).safe:
+            total += prob
+    assert exact_power(n, p10, p01, margin) == pytest.approx(total, abs=1e-12)
+
+
+def test_exact_items_needed_with_no_discordance_is_the_clopper_pearson_count():
+    """No discordant item: the test rejects once (1 - margin)^n <= gamma = alpha / 10, i.e. n >= log(0.005) /
+    log(0.95) = 103.3 for a 5-point margin."""
+    assert exact_items_needed(0.0, 0.0, 0.05) == 104
+    assert exact_power(103, 0.0, 0.0, 0.05) == 0.0 and exact_power(104, 0.0, 0.0, 0.05) == 1.0
