@@ -61,6 +61,7 @@ def test_bad_search_knobs_are_one_line(args, message):
     (["compression=snapkv", "task=lm_eval", "task.name=gsm8k"], "error: task=lm_eval (gsm8k): no paired headline"),
     (["compression=snapkv", "search.budgets=[64,64]"], "error: search.budgets: must be strictly ascending"),
     (["compression=snapkv", "gen.temperature=abc"], "error: gen.temperature"),
+    (["compression=snapkv", "search.budgets=[16,64]"], "error: compression.prompt_budget"),
 ])
 def test_bad_jobs_are_refused_before_anything_runs(args, message, tmp_path, capsys):
     assert main(["model=tiny_llama", f"out_root={tmp_path}", "search.max_loss=2", *args]) == 2

@@ -69,6 +69,7 @@ def _combos(rest: list[str], opts: SearchOptions) -> list[list[str]]:
 
     from evals.cli import CONF, UserError, expand, validate
     from evals.conf_store import register_methods
+    from evals.runner import check
 
     multirun = any(a in ("-m", "--multirun") for a in rest)
     given = [a for a in rest if not a.startswith("-")]
@@ -81,6 +82,8 @@ def _combos(rest: list[str], opts: SearchOptions) -> list[list[str]]:
             for combo in combos:
                 try:
                     check_searchable(_compose(combo))
+                    for b in opts.budgets or ():  # each given budget, as its run will be checked
+                        check(_compose([*combo, f"compression.prompt_budget={b}"]), offline=True)
                 except Exception as exc:  # ValueError, or Hydra's composition errors
                     swept = " ".join(o for o in combo if o not in given)
                     bad.append(f"{swept}: {exc}" if swept else str(exc).splitlines()[0])
