@@ -99,6 +99,14 @@ def _combos(rest: list[str], opts: SearchOptions) -> list[list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if any(a in ("-h", "--help") for a in argv):
+        print(__doc__)
+        return 0
+    unknown = [a for a in argv if a.startswith("-") and a not in ("-m", "--multirun")]
+    if unknown:
+        print(f"error: {unknown[0]}: not an option of evals.search (only -m/--multirun, then key=value overrides)",
+              file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     from evals.cli import CONF, UserError
     from evals.logonce import install
