@@ -9,7 +9,7 @@ ARGS ?=
 JOBS ?= auto  # pytest-xdist workers of `make test` (auto: one per CPU core; 0: no workers); whole files per worker
 
 .DEFAULT_GOAL := help
-.PHONY: help setup eval sweep report test test-all lint bench kvpress-check clean
+.PHONY: help setup eval search sweep report test test-all lint bench kvpress-check clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-14s %s\n", $$1, $$2}'
@@ -35,6 +35,12 @@ eval: setup ## the demo: needle accuracy vs budget per method (embedded model) +
 	$(PY) -m evals.run -m +experiment=smoke $(ARGS)
 	$(PY) -m evals.run -m +experiment=smoke_pipeline $(ARGS)
 	$(PY) -m evals.report results/smoke
+
+SEARCH_DEMO := task=needle task.context_tokens=512 task.n_items=30 gen.max_new_tokens=12 compression=snapkv \
+	out_root=results/search search.max_loss=20 "search.budgets=[128,256,512,1024]"
+
+search: setup ## the demo budget search: smallest SnapKV budget shown to lose < 20 points of needle accuracy (embedded model)
+	$(PY) -m evals.search $(SEARCH_DEMO) $(ARGS)
 
 sweep: setup ## a multirun sweep; pass Hydra overrides in ARGS="task=needle compression=none,snapstream"
 	$(PY) -m evals.run -m $(ARGS)

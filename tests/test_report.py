@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 
+from evals.power import mde_80
 from evals.report import breakdown_tables, collect, headline, main, pivots, write_report
-from evals.report.paired import paired_deltas
+from evals.report.paired import item_scores, paired_deltas
 from evals.stats import paired_bootstrap
 
 KNOBS = {"window": 32, "pooling": "max", "gqa_agg": "mean", "positions": "original"}
@@ -126,6 +128,11 @@ def test_report_writes_markdown_html_and_plots_and_prints_headline(tmp_path, cap
     assert (k7["value"], k7["reference"], k7["delta"], k7["n_items"], k7["meaningful"]) == (0.0, 100.0, -100.0, 4,
                                                                                            False)
     assert set(deltas["method"]) == {"snapkv", "streaming_llm"}  # one row per compressed run with a reference
+    assert np.isnan(k7["mde_80"])  # every item lost: no paired spread to size a test from
+    for _, row in deltas.iterrows():  # mde_80: evals.power.mde_80 of the paired per-item differences
+        run, ref = head[head["label"] == row["label"]].iloc[0], head[head["method"] == "none"].iloc[0]
+        d = item_scores(run["run_dir"], 100.0) - item_scores(ref["run_dir"], 100.0)
+        assert row["mde_80"] == pytest.approx(mde_80(d.to_numpy()), nan_ok=True)
     page = (tmp_path / "report.html").read_text()
     assert page.count("src='data:image/png;base64,") == 2 and "<table" in page and "plots/" not in page
     assert len(pd.read_csv(tmp_path / "summary_all.csv")) == 4 * len(RUNS)

@@ -16,6 +16,8 @@ Where compression acted: an item on which some sample of the run dropped a token
 do not dilute its effect (``value_acted`` and ``reference_acted``: each run's score on them).
 ``gen_tokens_change``: mean generated tokens per item, run − full cache, on the paired items (compression can make
 a reasoning model think longer).
+``mde_80``: the smallest true difference this comparison detects with 80% power
+(:func:`evals.power.mde_80`, from the paired differences).
 """
 
 from __future__ import annotations
@@ -27,13 +29,14 @@ from pathlib import Path
 
 import pandas as pd
 
+from evals.power import mde_80
 from evals.stats import paired_bootstrap
 
 log = logging.getLogger(__name__)
 
 COLUMNS = ["run", "reference", "delta", "delta_stderr", "delta_ci_lo", "delta_ci_hi", "p_value", "n_paired",
            "n_run", "n_reference", "value_paired", "reference_paired", "subset", "n_acted", "delta_acted",
-           "delta_acted_ci_lo", "delta_acted_ci_hi", "value_acted", "reference_acted", "gen_tokens_change"]
+           "delta_acted_ci_lo", "delta_acted_ci_hi", "value_acted", "reference_acted", "gen_tokens_change", "mde_80"]
 USED = ("item_id", "correct", "skipped", "compressed", "gen_tokens")
 
 
@@ -78,6 +81,12 @@ def item_scores(run_dir: str | Path, scale: float = 1.0) -> pd.Series | None:
     return None if data is None else data.score
 
 
+def correct_values(correct: pd.Series) -> pd.Series:
+    """``correct`` as floats in [0, 1] (``True``/``"true"``/``1`` -> 1.0; missing -> 0.0: an ungraded sample
+    counts wrong and stays in the denominator)."""
+    return correct.map(_truth)
+
+
 def _reference(run: pd.Series, nones: pd.DataFrame) -> pd.Series | None:
     same = nones[(nones["model"] == run["model"]) & (nones["task"] == run["task"])]
     if "task_config" in nones.columns:
@@ -120,7 +129,7 @@ def paired_deltas(head: pd.DataFrame, *, iters: int = 1000, seed: int = 0) -> pd
         out.append([run["run"], ref["run"], res.delta, res.stderr, res.ci_lo, res.ci_hi, res.p_value, res.n,
                     n_run, n_ref, float(y.mean()), float(x.mean()), bool(res.n < max(n_run, n_ref)), len(acted),
                     on_acted.delta, on_acted.ci_lo, on_acted.ci_hi, _mean(b.score[acted]), _mean(a.score[acted]),
-                    float(gen) if pd.notna(gen) else math.nan])
+                    float(gen) if pd.notna(gen) else math.nan, mde_80(y - x)])
     return pd.DataFrame(out, columns=COLUMNS)
 
 

@@ -34,7 +34,9 @@ UNITS_NOTE = ("Units: rates (accuracy, pass@k, cons@n, answered, key_prefix, sha
               "all its samples); summary.csv's ci_method says which, and no interval is ever of zero width "
               f"({NOT_MEANINGFUL} where none can be given). Δ is the "
               "paired difference to the full-cache run on the same items (the values beside it too), in points, with "
-              "a paired-bootstrap 95% interval and a two-sided sign-flip p-value; on fewer than {small} paired items "
+              "a paired-bootstrap 95% interval and a two-sided sign-flip p-value; MDE 80% is the smallest true Δ "
+              "that a comparison of this paired spread and n detects with 80% power (paired t, two-sided 5%); on "
+              "fewer than {small} paired items "
               f"Δ and p are marked {NOT_MEANINGFUL} (not meaningful). Runs of different task configurations are never "
               "in one table, curve or comparison: a task with several is titled with the settings that differ. "
               "Throughput is generated tokens per wall second of generation, with the rows held at once; latency is "
@@ -42,7 +44,7 @@ UNITS_NOTE = ("Units: rates (accuracy, pass@k, cons@n, answered, key_prefix, sha
 DELTAS_COLUMNS = ["model", "task", "task_config", "method", "label", "budget", "metric", "unit", "value",
                   "reference", "delta", "ci_low", "ci_high", "p_value", "n_items", "n_run", "n_reference", "subset",
                   "meaningful", "n_acted", "value_acted", "reference_acted", "delta_acted",
-                  "gen_tokens_change"]
+                  "gen_tokens_change", "mde_80"]
 
 
 def deltas_table(head: pd.DataFrame, deltas: pd.DataFrame) -> pd.DataFrame:
@@ -52,7 +54,8 @@ def deltas_table(head: pd.DataFrame, deltas: pd.DataFrame) -> pd.DataFrame:
     each run's own items and ``subset`` says the pairing has fewer than either; ``meaningful``: n reaches SMALL_N;
     ``delta_acted`` is Δ on the ``n_acted`` items where the method dropped a token (``value_acted`` and
     ``reference_acted`` the two runs' scores on them); ``gen_tokens_change`` the mean
-    generated tokens per item, run − full cache."""
+    generated tokens per item, run − full cache; ``mde_80`` the smallest true difference the comparison
+    detects with 80% power (:func:`evals.power.mde_80`)."""
     if deltas.empty:
         return pd.DataFrame(columns=DELTAS_COLUMNS)
     values = head.set_index("run")
@@ -67,7 +70,8 @@ def deltas_table(head: pd.DataFrame, deltas: pd.DataFrame) -> pd.DataFrame:
                      "n_run": int(d["n_run"]), "n_reference": int(d["n_reference"]), "subset": bool(d["subset"]),
                      "meaningful": bool(d["n_paired"] >= SMALL_N), "n_acted": int(d["n_acted"]),
                      "value_acted": d["value_acted"], "reference_acted": d["reference_acted"],
-                     "delta_acted": d["delta_acted"], "gen_tokens_change": d["gen_tokens_change"]})
+                     "delta_acted": d["delta_acted"], "gen_tokens_change": d["gen_tokens_change"],
+                     "mde_80": d["mde_80"]})
     return pd.DataFrame(rows, columns=DELTAS_COLUMNS)
 
 

@@ -241,7 +241,8 @@ def behaviour_table(head: pd.DataFrame, deltas: pd.DataFrame) -> pd.DataFrame:
     """One row per run: the headline with its 95% interval, Δ vs the full cache with its interval and p-value, and
     the behaviour columns."""
     table = head.merge(deltas, on="run", how="left") if len(deltas) else head.assign(
-        delta=math.nan, delta_ci_lo=math.nan, delta_ci_hi=math.nan, p_value=math.nan, n_paired=math.nan)
+        delta=math.nan, delta_ci_lo=math.nan, delta_ci_hi=math.nan, p_value=math.nan, n_paired=math.nan,
+        mde_80=math.nan)
     out = pd.DataFrame({
         "model": table["model"], "task": [task_title(t, c) for t, c in zip(table["task"], with_config(table)[
             "task_config"])],
@@ -259,6 +260,7 @@ def behaviour_table(head: pd.DataFrame, deltas: pd.DataFrame) -> pd.DataFrame:
                                                table["unit"], table["n_paired"].fillna(0), table.iterrows())],
         "p": [DASH if pd.isna(p) else (NOT_MEANINGFUL if n < SMALL_N else ("<0.001" if p < 0.001 else f"{p:.3f}"))
               for p, n in zip(table["p_value"], table["n_paired"].fillna(0))],
+        "MDE 80%": [fmt(m, u) for m, u in zip(table["mde_80"], table["unit"])],
     })
     if "n_acted" in table and table["n_acted"].notna().any():
         out["Δ where compression acted (items)"] = [

@@ -1,0 +1,142 @@
+"""``python -m evals.search [-m] <evals.run overrides> search.max_loss=M [search.alpha=A] [search.budgets=[...]]``.
+
+Every combination of the overrides (``-m``: Hydra's sweep expansion) is composed and checked before anything runs
+(no data read, no weights loaded); then one search per combination runs its jobs in this process through
+:func:`evals.runner.run` (the procedure: :mod:`evals.search`). Exit 2 with one line per bad input; Ctrl-C exits 130
+and the same command resumes.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+from evals.search import output
+from evals.search.options import FIRST_BUDGET, SearchOptions, split_args
+from evals.search.procedure import run_sequence
+from evals.search.runs import check_searchable, headline_of, kv_ratio, longest_prompt, measure, with_compression
+
+log = logging.getLogger("evals.search")
+
+
+def say(line: str) -> None:
+    print(line, flush=True)
+
+
+def _compose(overrides: list[str]):
+    from hydra import compose
+
+    return compose(config_name="config", overrides=overrides)
+
+
+def search_one(combo: list[str], opts: SearchOptions) -> str:
+    """Run one search (inside an initialised Hydra); returns its answer line."""
+    from evals.runner import check, run
+
+    cfg = _compose(combo)
+    model, task, method = str(cfg.model.name), str(cfg.task.name), str(cfg.compression.method)
+    title = f"{task} · {model} · {method}"
+    say(f"search: {title}: running (or reusing) the full cache, the reference of every test")
+    reference = headline_of(run(_compose(with_compression(combo, "none"))), task)
+    longest = longest_prompt(reference.run_dir)
+    budgets = opts.budget_list(longest)
+    ratios, cfgs = {}, {}
+    for b in budgets:
+        cfgs[b] = _compose([*combo, f"compression.prompt_budget={b}"])
+        c = check(cfgs[b], offline=True)
+        ratios[b] = kv_ratio(c.method, longest, c.sampling.max_new_tokens)
+    say(f"search: {title}: budgets {', '.join(map(str, budgets))} (longest prompt {longest} tokens), "
+        f"loss < {opts.max_loss:g} at family-wise alpha {opts.alpha:g}, largest first")
+
+    def measured(b: int):
+        return measure(b, headline_of(run(cfgs[b]), task), reference, ratios[b], opts.max_loss, opts.alpha)
+
+    steps = run_sequence(budgets, measured, opts.alpha, say)
+    out_root = Path(str(cfg.out_root))
+    csv = output.write_csv(out_root, output.rows(model, task, method, steps, opts.max_loss, opts.alpha, ratios))
+    png = output.plot(out_root, title, steps, opts.max_loss, opts.alpha)
+    line = output.answer_line(steps, opts.max_loss, opts.alpha, reference.unit, ratios)
+    say(f"search: {title}: wrote {csv}" + (f" and {png}" if png else ""))
+    say(line)
+    return line
+
+
+def _combos(rest: list[str], opts: SearchOptions) -> list[list[str]]:
+    """Every combination, composed and checked (one line per bad one: ``UserError``)."""
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from evals.cli import CONF, UserError, expand, validate
+    from evals.conf_store import register_methods
+    from evals.runner import check
+
+    multirun = any(a in ("-m", "--multirun") for a in rest)
+    given = [a for a in rest if not a.startswith("-")]
+    register_methods()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            combos = expand(given, multirun)
+            bad = []
+            for combo in combos:
+                try:
+                    check_searchable(_compose(combo))
+                    for b in opts.budgets or ():  # each given budget, as its run will be checked
+                        check(_compose([*combo, f"compression.prompt_budget={b}"]), offline=True)
+                except Exception as exc:  # ValueError, or Hydra's composition errors
+                    swept = " ".join(o for o in combo if o not in given)
+                    bad.append(f"{swept}: {exc}" if swept else str(exc).splitlines()[0])
+    finally:
+        GlobalHydra.instance().clear()
+    if not bad:
+        first = opts.budgets[0] if opts.budgets else FIRST_BUDGET
+        bad = validate([*rest, f"compression.prompt_budget={first}"])  # evals.run's own checks, every combination
+    if bad:
+        raise UserError("\n".join(dict.fromkeys(bad)))
+    return combos
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if any(a in ("-h", "--help") for a in argv):
+        print(__doc__)
+        return 0
+    unknown = [a for a in argv if a.startswith("-") and a not in ("-m", "--multirun")]
+    if unknown:
+        print(f"error: {unknown[0]}: not an option of evals.search (only -m/--multirun, then key=value overrides)",
+              file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    from evals.cli import CONF, UserError
+    from evals.logonce import install
+
+    install()
+    try:
+        opts, rest = split_args(argv)
+        combos = _combos(rest, opts)
+    except (ValueError, UserError) as exc:
+        for line in str(exc).splitlines():
+            print(f"error: {line}", file=sys.stderr)
+        return 2
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            for combo in combos:
+                search_one(combo, opts)
+    except KeyboardInterrupt:
+        print("\ninterrupted: finished runs and rows are kept; the same command resumes", file=sys.stderr)
+        return 130
+    except (ValueError, UserError) as exc:
+        print(f"error: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 2
+    finally:
+        GlobalHydra.instance().clear()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

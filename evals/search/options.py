@@ -1,0 +1,81 @@
+"""The ``search.*`` knobs of ``python -m evals.search``, taken out of the command line before Hydra sees the rest."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import yaml
+
+ALPHA = 0.05
+KEYS = ("budgets", "max_loss", "alpha")
+FIRST_BUDGET = 64  # the default list: powers of two from here up to the longest prompt
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """``max_loss``: the margin in headline points (> 0); ``alpha``: the family-wise error of the search;
+    ``budgets``: ascending prompt budgets, or None (powers of two from 64 up to the longest prompt)."""
+
+    max_loss: float
+    alpha: float = ALPHA
+    budgets: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_loss, bool) or not isinstance(self.max_loss, int | float) or not (
+                math.isfinite(self.max_loss) and self.max_loss > 0):
+            raise ValueError(f"search.max_loss: must be a number > 0 (the margin in headline points), got "
+                             f"{self.max_loss!r}")
+        if isinstance(self.alpha, bool) or not isinstance(self.alpha, int | float) or not 0 < self.alpha < 0.5:
+            raise ValueError(f"search.alpha: must be a number in (0, 0.5), got {self.alpha!r}")
+        if self.budgets is not None:
+            b = self.budgets
+            if not b or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in b):
+                raise ValueError(f"search.budgets: must be a non-empty list of integers >= 1, got {list(b)}")
+            if any(x >= y for x, y in zip(b, b[1:])):
+                raise ValueError(f"search.budgets: must be strictly ascending, got {list(b)}")
+
+    def budget_list(self, longest_prompt: int) -> list[int]:
+        """The budgets to test: as given, else the powers of two from 64 up to ``longest_prompt`` (64 alone when
+        the longest prompt is shorter)."""
+        if self.budgets is not None:
+            return list(self.budgets)
+        out, b = [], FIRST_BUDGET
+        while b <= longest_prompt:
+            out.append(b)
+            b *= 2
+        return out or [FIRST_BUDGET]
+
+
+def split_args(argv: list[str]) -> tuple[SearchOptions, list[str]]:
+    """``(options, the other arguments)``; ``search.<key>=<value>`` values are read as YAML (``[256,512]``, ``2.5``).
+    Raises ``ValueError`` naming the knob: unknown ``search.*`` keys, a missing ``search.max_loss``, bad values, and
+    the budget knobs the search sets itself."""
+    found: dict[str, object] = {}
+    rest = []
+    for arg in argv:
+        key, eq, value = arg.partition("=")
+        bare = key.lstrip("+~")
+        if bare.startswith("search."):
+            name = bare[len("search."):]
+            if name not in KEYS or not eq:
+                raise ValueError(f"{bare}: no such search knob (search.max_loss, search.alpha, search.budgets)")
+            try:
+                found[name] = yaml.safe_load(value)
+            except yaml.YAMLError:
+                raise ValueError(f"{bare}: cannot read {value!r}") from None
+            continue
+        if bare.startswith(("hydra/", "hydra.")):
+            raise ValueError(f"{bare}: evals.search runs the jobs of its searches one after another in this process "
+                             "(no Hydra launcher); start the search itself where the jobs should run")
+        if bare in ("compression.prompt_budget", "compression.ratio"):
+            raise ValueError(f"{bare}: set by the search for each budget; give search.budgets instead")
+        rest.append(arg)
+    if "max_loss" not in found:
+        raise ValueError("search.max_loss: required (the largest loss, in the task's headline points, a budget may "
+                         "have), e.g. search.max_loss=2")
+    budgets = found.get("budgets")
+    if budgets is not None and not isinstance(budgets, list):
+        budgets = [budgets]
+    return SearchOptions(max_loss=found["max_loss"], alpha=found.get("alpha", ALPHA),
+                         budgets=None if budgets is None else tuple(budgets)), rest

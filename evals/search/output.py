@@ -1,0 +1,107 @@
+"""What a search leaves: ``<out_root>/search.csv`` (one row per budget), a plot per search and the answer line."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from evals.search.procedure import NOT_TESTED, Step, answer
+
+COLUMNS = ["model", "task", "method", "budget", "kv_ratio", "n_items", "value", "reference", "delta", "ci_low",
+           "ci_high", "verdict", "p_noninferiority", "test", "max_loss", "alpha", "run_dir"]
+KEY = ["model", "task", "method"]
+CSV = "search.csv"
+
+
+def rows(model: str, task: str, method: str, steps: list[Step], max_loss: float, alpha: float,
+         ratios: dict[int, float]) -> pd.DataFrame:
+    """``search.csv``'s rows of one search: value, reference, delta and its interval as ``deltas.csv`` gives them
+    (paired bootstrap 95%), the verdict of the search and the p-value of its one-sided test."""
+    out = []
+    for s in steps:
+        m = s.measured
+        out.append({"model": model, "task": task, "method": method, "budget": s.budget,
+                    "kv_ratio": ratios.get(s.budget, math.nan), "n_items": m.n_items if m else math.nan,
+                    "value": m.run.value if m else math.nan, "reference": m.reference.value if m else math.nan,
+                    "delta": m.delta if m else math.nan, "ci_low": m.ci_low if m else math.nan,
+                    "ci_high": m.ci_high if m else math.nan, "verdict": s.verdict,
+                    "p_noninferiority": m.test.p_value if m else math.nan, "test": m.test.test if m else "",
+                    "max_loss": max_loss, "alpha": alpha, "run_dir": str(m.run.run_dir) if m else ""})
+    return pd.DataFrame(out, columns=COLUMNS)
+
+
+def write_csv(out_root: Path, frame: pd.DataFrame) -> Path:
+    """Write ``frame`` into ``<out_root>/search.csv``, replacing the rows of an earlier search of the same (model,
+    task, method) and keeping the others (one file for every search of a sweep)."""
+    from evals.rundir import write_atomic
+
+    path = Path(out_root) / CSV
+    if path.is_file():
+        old = pd.read_csv(path)
+        if set(KEY) <= set(old.columns):
+            keys = set(frame[KEY].astype(str).itertuples(index=False, name=None))
+            keep = ~old[KEY].astype(str).apply(tuple, axis=1).isin(keys)
+            frame = pd.concat([old[keep], frame], ignore_index=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, frame.to_csv(index=False))
+    return path
+
+
+def answer_line(steps: list[Step], max_loss: float, alpha: float, unit: str, ratios: dict[int, float]) -> str:
+    """The one line a search ends with."""
+    points = "points" if unit == "%" else (unit or "units")
+    best = answer(steps)
+    if best is not None:
+        return (f"smallest budget with loss ≤ {max_loss:g} {points} at {1 - alpha:.0%}: {best.budget}, KV "
+                f"{ratios[best.budget]:.1f}× smaller than the full cache at the longest prompt")
+    first = next(s for s in reversed(steps) if s.verdict != NOT_TESTED)
+    m = first.measured
+    return (f"no tested budget is shown safe: the largest, {first.budget}, has Δ {m.delta:+.3g} [{m.ci_low:+.3g}, "
+            f"{m.ci_high:+.3g}] {points} on {m.n_items} items, one-sided p {m.test.p_value:.3g} > {alpha:g} for a "
+            f"loss below {max_loss:g} (more items, or a larger margin or budget)")
+
+
+def plot(out_root: Path, title: str, steps: list[Step], max_loss: float, alpha: float) -> Path | None:
+    """``<out_root>/plots/search__<title>.png``: the headline of each tested budget with its 95% interval against
+    the budget, the full cache as a band (its interval), the margin below it, the chosen budget marked."""
+    tested = [s for s in steps if s.measured is not None]
+    if not tested:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ref = tested[0].measured.reference
+    unit = f" ({ref.unit})" if ref.unit else ""
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    if not math.isnan(ref.ci_lo):
+        ax.axhspan(ref.ci_lo, ref.ci_hi, color="0.85", label="full cache, 95% CI")
+    ax.axhline(ref.value, color="0.4", lw=1, label=f"full cache: {ref.value:.3g}")
+    ax.axhline(ref.value - max_loss, color="tab:red", ls="--", lw=1, label=f"margin: full − {max_loss:g}")
+    for verdict, color in (("safe", "tab:green"), ("not_shown", "tab:orange")):
+        part = [s for s in tested if s.verdict == verdict]
+        if part:
+            x = [s.budget for s in part]
+            y = [s.measured.run.value for s in part]
+            err = [[max(0.0, v - s.measured.run.ci_lo) for v, s in zip(y, part)],
+                   [max(0.0, s.measured.run.ci_hi - v) for v, s in zip(y, part)]]
+            ax.errorbar(x, y, yerr=None if any(math.isnan(e) for e in err[0]) else err, fmt="o", color=color,
+                        capsize=3, label=verdict.replace("_", " "))
+    best = answer(steps)
+    if best is not None:
+        ax.axvline(best.budget, color="tab:green", ls=":", lw=1.5, label=f"chosen: {best.budget}")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks([s.budget for s in steps], [str(s.budget) for s in steps])
+    ax.set_xlabel("prompt budget (KV entries per layer and KV head)")
+    ax.set_ylabel(f"{ref.metric}{unit}")
+    ax.set_title(f"{title}: loss ≤ {max_loss:g} at {1 - alpha:.0%} (fixed sequence)", fontsize=10)
+    ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    path = Path(out_root) / "plots" / f"search__{title.replace(' · ', '__')}.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

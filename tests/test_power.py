@@ -1,0 +1,119 @@
+"""Power figures against statsmodels 0.14.5's ``TTestPower`` (computed in a scratch venv, recorded here as data:
+statsmodels is not a dependency), and the variance split of a pilot."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from evals.noninferiority import noninferiority
+from evals.power import exact_items_needed, exact_power, items_needed, mde, mde_80, t_power, variance_parts
+
+# TTestPower().power(effect_size=e, nobs=n, alpha=a, alternative=alt), statsmodels 0.14.5
+POWER_CASES = [
+    (0.5, 30, 0.05, "two-sided", 0.75396471574379),
+    (0.2, 100, 0.05, "two-sided", 0.508264806621038),
+    (0.3, 50, 0.05, "larger", 0.6725739831252316),
+    (0.8, 10, 0.01, "larger", 0.4314760084814815),
+    (0.1, 500, 0.05, "two-sided", 0.6071255422735803),
+]
+# TTestPower().solve_power(effect_size=None, nobs=n, alpha=0.05, power=0.8, alternative="two-sided")
+EFFECT_80 = [(30, 0.5292357045238948), (200, 0.19906465946973934)]
+# TTestPower().solve_power(effect_size=e, nobs=None, alpha=a, power=0.8, alternative="larger") (fractional n)
+NOBS_80 = [(0.25, 0.05, 100.28766216704962), (0.5, 0.05, 26.137503817059283), (0.1, 0.025, 786.8108626075098)]
+
+
+@pytest.mark.parametrize("effect,n,alpha,alternative,expected", POWER_CASES)
+def test_power_equals_statsmodels(effect, n, alpha, alternative, expected):
+    assert t_power(effect, n, alpha, alternative) == pytest.approx(expected, abs=1e-9)
+
+
+@pytest.mark.parametrize("n,effect", EFFECT_80)
+def test_mde_equals_statsmodels_effect_times_sd(n, effect):
+    assert mde(2.5, n) == pytest.approx(effect * 2.5, rel=1e-5)  # statsmodels solves to ~1e-6
+    d = np.random.default_rng(0).normal(size=n)
+    assert mde_80(d) == pytest.approx(effect * d.std(ddof=1), rel=1e-5)
+
+
+@pytest.mark.parametrize("effect,alpha,fractional", NOBS_80)
+def test_items_needed_is_statsmodels_n_rounded_up(effect, alpha, fractional):
+    assert items_needed(sd=10.0, margin=10.0 * effect, alpha=alpha) == math.ceil(fractional)
+
+
+def test_no_spread_gives_no_mde():
+    assert math.isnan(mde_80([0.0, 0.0, 0.0]))
+    assert math.isnan(mde_80([1.0]))
+
+
+def test_variance_parts_split_between_and_within_items():
+    """Differences with a known between-item spread (sd 0.2) and per-sample noise (sd 0.5)."""
+    rng = np.random.default_rng(0)
+    n, k = 4000, 16
+    diffs = rng.normal(0, 0.2, size=(n, 1)) + rng.normal(0, 0.5, size=(n, k))
+    parts = variance_parts(diffs)
+    assert parts.between == pytest.approx(0.04, rel=0.1)
+    assert parts.within == pytest.approx(0.25, rel=0.05)
+    assert parts.sd(k) ** 2 == pytest.approx(parts.total, rel=1e-9)
+
+
+def _run(root, name, method, budget, correct):
+    """A run directory as evals.run writes it, reduced to what the report and evals.power read: ``correct`` is
+    ``(items, samples)``."""
+    import json
+
+    import pandas as pd
+
+    run_dir = root / name
+    run_dir.mkdir()
+    n, k = correct.shape
+    value = 100.0 * correct.mean()
+    pd.DataFrame([{"model": "m", "task": "aime24", "method": method, "prompt_budget": budget, "recent": None,
+                   "metric": "pass@1", "group": "all", "value": value, "stderr": 1.0, "ci_lo": value - 5,
+                   "ci_hi": value + 5, "unit": "%", "n": n, "run_id": name}]).to_csv(run_dir / "summary.csv",
+                                                                                       index=False)
+    pd.DataFrame({"item_id": np.repeat([f"i{j}" for j in range(n)], k), "sample_idx": np.tile(np.arange(k), n),
+                  "correct": correct.reshape(-1).astype(bool)}).to_csv(run_dir / "samples.csv", index=False)
+    identity = {"model": "m", "task": "aime24", "compression": {"method": method, "prompt_budget": budget}}
+    meta = {"identity": identity, "fingerprint": name, "config": {"task": {"plan": {"n_items": 30}}}}
+    (run_dir / "meta.json").write_text(json.dumps(meta))
+
+
+def test_power_command_sizes_a_benchmark_from_a_pilot(tmp_path, capsys):
+    from evals.power import main, power_table
+
+    rng = np.random.default_rng(0)
+    q = rng.uniform(0.1, 0.9, size=(30, 1))
+    _run(tmp_path, "full", "none", None, rng.random((30, 4)) < q)
+    _run(tmp_path, "snap", "snapkv", 1024, rng.random((30, 4)) < q - 0.05)
+    rows = power_table(tmp_path, margin=2.0)
+    assert [r["samples"] for r in rows] == [1, 2, 4, 8, 16, 32, 64] and {r["pilot_samples"] for r in rows} == {4}
+    needed = [r["items_needed"] for r in rows]
+    assert needed == sorted(needed, reverse=True) and needed[0] > 30  # more samples per item: fewer items
+    assert main([str(tmp_path), "--max-loss", "2"]) == 0
+    assert "aime24 has 30 items, fewer than the" in capsys.readouterr().out
+    assert main([str(tmp_path), "--max-loss", "0"]) == 2
+
+
+@pytest.mark.parametrize("n,p10,p01,margin", [(5, 0.1, 0.05, 0.5), (6, 0.3, 0.2, 0.6), (4, 0.0, 0.0, 0.8)])
+def test_exact_power_is_the_sum_over_every_outcome_of_the_items(n, p10, p01, margin):
+    """Brute force: every sequence of n items (each concordant, lost or gained), its probability, and the scalar
+    test on the per-item scores it gives."""
+    import itertools
+
+    total = 0.0
+    for outcome in itertools.product((0, 1, 2), repeat=n):  # 0 concordant, 1 lost, 2 gained
+        a = np.array([1.0 if o == 1 else 0.0 for o in outcome])
+        b = np.array([1.0 if o == 2 else 0.0 for o in outcome])
+        prob = np.prod([(1 - p10 - p01, p10, p01)[o] for o in outcome])
+        if noninferiority(a, b, margin, 0.05).safe:
+            total += prob
+    assert exact_power(n, p10, p01, margin) == pytest.approx(total, abs=1e-12)
+
+
+def test_exact_items_needed_with_no_discordance_is_the_clopper_pearson_count():
+    """No discordant item: the test rejects once (1 - margin)^n <= gamma = alpha / 10, i.e. n >= log(0.005) /
+    log(0.95) = 103.3 for a 5-point margin."""
+    assert exact_items_needed(0.0, 0.0, 0.05) == 104
+    assert exact_power(103, 0.0, 0.0, 0.05) == 0.0 and exact_power(104, 0.0, 0.0, 0.05) == 1.0

@@ -1,0 +1,151 @@
+"""``python -m evals.search`` end to end on tiny_llama (runs reused, a killed search resumed, every value of
+search.csv as evals.report gives it), its fixed sequence on made-up measurements, and its one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+from omegaconf import OmegaConf
+
+from evals.noninferiority import NonInferiority
+from evals.search import run_sequence, split_args
+from evals.search.__main__ import main
+from evals.search.runs import check_searchable
+
+ARGS = ["model=tiny_llama", "task=needle", "task.context_tokens=128", "task.n_items=12", "gen.max_new_tokens=2",
+        "compression=snapkv"]
+
+
+def _fake(results: dict[int, bool]):
+    def measure(budget):
+        return SimpleNamespace(test=NonInferiority(0.0, 0.01 if results[budget] else 0.5, results[budget], 12, "t"))
+    return measure
+
+
+def test_the_sequence_runs_from_the_largest_budget_down_and_stops_at_the_first_failure():
+    lines, asked = [], []
+
+    def measure(budget):
+        asked.append(budget)
+        return _fake({64: True, 128: False, 256: True, 512: True})(budget)
+
+    steps = run_sequence([64, 128, 256, 512], measure, 0.05, lines.append)
+    assert asked == [512, 256, 128]  # 64 never run: the sequence ended at 128
+    assert [s.verdict for s in steps] == ["not_tested", "not_shown", "safe", "safe"]
+    assert lines[0] == "search: testing budget 512 (the largest budget: first in the fixed sequence)"
+    assert "testing budget 256 (512 was shown safe; the next smaller budget)" in lines[2]
+    assert "budgets 64 not tested" in lines[-1]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["search.max_loss=0"], "search.max_loss: must be a number > 0"),
+    (["search.max_loss=-1"], "search.max_loss: must be a number > 0"),
+    ([], "search.max_loss: required"),
+    (["search.max_loss=2", "search.budgets=[256,128]"], "search.budgets: must be strictly ascending"),
+    (["search.max_loss=2", "search.alpha=0.7"], "search.alpha: must be a number in (0, 0.5)"),
+    (["search.max_loss=2", "search.margin=3"], "search.margin: no such search knob"),
+    (["search.max_loss=2", "compression.prompt_budget=64"], "compression.prompt_budget: set by the search"),
+    (["search.max_loss=2", "hydra/launcher=slurm"], "hydra/launcher: evals.search runs the jobs"),
+])
+def test_bad_search_knobs_are_one_line(args, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        split_args(["compression=snapkv", *args])
+
+
+@pytest.mark.parametrize("args,message", [
+    (["compression=none"], "error: compression: the search needs a compression method"),
+    (["compression=snapkv", "task=lm_eval", "task.name=gsm8k"], "error: task=lm_eval (gsm8k): no paired headline"),
+    (["compression=snapkv", "search.budgets=[64,64]"], "error: search.budgets: must be strictly ascending"),
+    (["compression=snapkv", "gen.temperature=abc"], "error: gen.temperature"),
+    (["compression=snapkv", "search.budgets=[16,64]"], "error: compression.prompt_budget"),
+])
+def test_bad_jobs_are_refused_before_anything_runs(args, message, tmp_path, capsys):
+    assert main(["model=tiny_llama", f"out_root={tmp_path}", "search.max_loss=2", *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(message), err
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_method_without_a_budget_is_refused(monkeypatch):
+    class Fixed:
+        @staticmethod
+        def field_names():
+            return ["sinks", "recent"]
+
+    monkeypatch.setitem(__import__("evals.search.runs", fromlist=["METHODS"]).METHODS, "fixed", Fixed)
+    cfg = OmegaConf.create({"compression": {"method": "fixed"}, "task": {"name": "needle"}})
+    with pytest.raises(ValueError, match="compression=fixed: has no prompt_budget to search over"):
+        check_searchable(cfg)
+
+
+def _rows(run_dir: str) -> int:
+    return sum(1 for line in open(Path(run_dir) / "samples.jsonl") if line.strip())
+
+
+def test_search_end_to_end_reuses_resumes_and_agrees_with_the_report(tmp_path, capsys, monkeypatch):
+    args = [*ARGS, f"out_root={tmp_path}", "search.max_loss=40", "search.budgets=[64,128,512]"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert out.strip().splitlines()[-1] == ("smallest budget with loss ≤ 40 points at 95%: 64, KV 3.4× smaller than "
+                                           "the full cache at the longest prompt")
+    first = pd.read_csv(tmp_path / "search.csv")
+    assert list(first.columns[:12]) == ["model", "task", "method", "budget", "kv_ratio", "n_items", "value",
+                                        "reference", "delta", "ci_low", "ci_high", "verdict"]
+    assert list(first["verdict"]) == ["safe"] * 3 and (tmp_path / "plots/search__needle__tiny_llama__snapkv.png"
+                                                      ).stat().st_size > 0
+    copied = json.loads((Path(first.set_index("budget").loc[512, "run_dir"]) / "meta.json").read_text())
+    assert copied.get("same_as")  # 512 keeps every token of these prompts: copied from the full cache
+
+    # Every value is what evals.report gives for that run.
+    from evals.report import write_report
+
+    write_report(tmp_path)
+    deltas = pd.read_csv(tmp_path / "deltas.csv").set_index("budget")
+    for _, row in first.iterrows():
+        d = deltas.loc[row["budget"]]
+        for col in ("value", "reference", "delta", "ci_low", "ci_high", "n_items"):
+            assert row[col] == d[col], (row["budget"], col)
+
+    # A second search generates nothing: no backend is ever built.
+    def no_generation(*a, **k):
+        raise AssertionError("a finished search generated again")
+
+    monkeypatch.setattr("evals.runner.make_backend", no_generation)
+    assert main(args) == 0
+    assert pd.read_csv(tmp_path / "search.csv").equals(first)
+
+    # A search killed in the middle of budget 128 resumes it (and only it) and ends as before.
+    run128 = first.set_index("budget").loc[128, "run_dir"]
+    lines = open(Path(run128) / "samples.jsonl").read().splitlines(keepends=True)
+    Path(run128, "samples.jsonl").write_text("".join(lines[:5]))
+    meta = json.loads(Path(run128, "meta.json").read_text())
+    Path(run128, "meta.json").write_text(json.dumps({**meta, "status": "running"}))
+    monkeypatch.undo()
+    assert main(args) == 0
+    assert _rows(run128) == 12
+    assert pd.read_csv(tmp_path / "search.csv").drop(columns="run_dir").equals(first.drop(columns="run_dir"))
+
+
+def test_a_budget_not_shown_safe_ends_the_search(tmp_path, capsys):
+    args = [*ARGS, "task.n_items=6", f"out_root={tmp_path}", "search.max_loss=10", "search.budgets=[64,128]"]
+    assert main(args) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("no tested budget is shown safe: the largest, 128, has Δ +0 [+0, +0] points on 6 items")
+    table = pd.read_csv(tmp_path / "search.csv")
+    assert list(table["verdict"]) == ["not_tested", "not_shown"]
+    assert not any("pb64" in p.name for p in tmp_path.rglob("*"))  # the untested budget was never run
+
+
+def test_a_sweep_runs_one_search_per_combination_over_one_full_cache(tmp_path, capsys):
+    args = ["-m", *ARGS[:-1], "task.n_items=6", "compression=snapkv,streaming_llm", f"out_root={tmp_path}",
+            "search.max_loss=10", "search.budgets=[128]"]
+    assert main(args) == 0
+    answers = [line for line in capsys.readouterr().out.splitlines() if line.startswith("no tested budget")]
+    assert len(answers) == 2
+    table = pd.read_csv(tmp_path / "search.csv")
+    assert sorted(table["method"]) == ["snapkv", "streaming_llm"] and set(table["reference"]) == {0.0}
+    assert len(list(tmp_path.rglob("none/*/fp-*/meta.json"))) == 1  # both searches share the full-cache run
