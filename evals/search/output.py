@@ -58,8 +58,9 @@ def answer_line(steps: list[Step], max_loss: float, alpha: float, unit: str, rat
                 f"{ratios[best.budget]:.1f}× smaller than the full cache at the longest prompt")
     first = next(s for s in reversed(steps) if s.verdict != NOT_TESTED)
     m = first.measured
-    return (f"no tested budget is shown safe: the largest, {first.budget}, has Δ {m.delta:+.3g} [{m.ci_low:+.3g}, "
-            f"{m.ci_high:+.3g}] {points} on {m.n_items} items, one-sided p {m.test.p_value:.3g} > {alpha:g} for a "
+    interval = "n.m." if math.isnan(m.ci_low) or math.isnan(m.ci_high) else f"{m.ci_low:+.3g}, {m.ci_high:+.3g}"
+    return (f"no tested budget is shown safe: the largest, {first.budget}, has Δ {m.delta:+.3g} [{interval}] "
+            f"{points} on {m.n_items} items, one-sided p {m.test.p_value:.3g} > {alpha:g} for a "
             f"loss below {max_loss:g} (more items, or a larger margin or budget)")
 
 
