@@ -26,8 +26,8 @@ from evals.plan.device import H100, Device
 from evals.plan.job import Job, _method
 from snapstream_core.memory import FLOAT32, SAMPLING_BYTES_PER_ENTRY
 
-# Squared coefficient of variation of the generated lengths: exp(0.6^2) - 1 for a lognormal with sigma 0.6 (the
-# spread bench/gpu_check.py's schedule simulation draws for R1 on AIME). Estimate until a run's gen_tokens replace it.
+# Squared coefficient of variation of the generated lengths: exp(0.6^2) - 1 for a lognormal with sigma 0.6 (an
+# assumed spread of reasoning-trace lengths). Estimate until a run's gen_tokens columns replace it.
 GEN_LENGTH_CV2 = 0.43
 
 
