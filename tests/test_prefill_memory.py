@@ -10,7 +10,8 @@ from transformers import LlamaForCausalLM
 import snapstream_core as ss
 from bench.live_bytes import LiveBytes
 from bench.prefill_memory import item_peak
-from snapstream_core.prefill import compressed_slots, prefill_peak_bytes, prefill_prompt, query_rows
+from snapstream_core.memory import compressed_slots, query_rows
+from snapstream_core.prefill import prefill_peak_bytes, prefill_prompt
 from tests.conftest import tiny_config
 
 MiB = 2**20

@@ -34,3 +34,24 @@ def test_a_given_row_count_that_cannot_fit_names_gen_rows():
 
 def test_off_cuda_the_backend_keeps_its_default():
     assert _planned_rows(compose_cfg(PAPER_JOB), "cpu") is None
+
+
+NO_PLAN = ["model=llama31_8b_instruct", "task=needle", "~task.plan", "compression=none", "gen.n_samples=8"]
+
+
+def test_on_cuda_a_task_without_a_plan_block_is_planned_from_its_measured_prompts():
+    from evals.plan.measured import plan_block
+
+    cfg = compose_cfg(NO_PLAN)
+    assert not cfg.task.get("plan")
+    short = _planned_rows(cfg, "cuda", lambda: ([900, 1000, 1100], 0))
+    long = _planned_rows(cfg, "cuda", lambda: ([900, 1000, 60_000], 0))
+    assert 1 <= long < short <= 3 * 8  # at most the samples; a longer measured prompt leaves fewer rows
+    block = plan_block([900, 1000, 60_000])
+    assert block["max_prompt_tokens"] == 60_000 and block["n_items"] == 3
+    assert sum(g["items"] for g in block["prompt_groups"]) == 3
+
+
+def test_a_protocol_max_new_tokens_above_gen_sizes_the_rows():
+    cfg = compose_cfg(NO_PLAN)
+    assert _planned_rows(cfg, "cuda", lambda: ([1000], 100_000)) < _planned_rows(cfg, "cuda", lambda: ([1000], 0))

@@ -3,8 +3,8 @@
 ``python -m evals.plan [-m] key=value ...`` (the same overrides as ``evals.run``) writes ``<out_root>/plan.csv`` and
 prints the table and its totals. The runner calls :func:`choose_rows` and :func:`check_fits` on CUDA before it loads
 weights, and :func:`alias_of` with its items' longest prompt. Imports no torch: it runs on a laptop. The formulas
-are in :mod:`evals.plan.memory` and :mod:`evals.plan.cost`, the device constants in :mod:`evals.plan.device`
-(docs/plan.md).
+are in :mod:`snapstream_core.memory` (the one memory model) and :mod:`evals.plan.cost`, the device constants in
+:mod:`evals.plan.device` (docs/plan.md).
 """
 
 from evals.plan.job import Job, alias_of, check_fits, choose_rows, job_from_config, peak_bytes, with_prompt

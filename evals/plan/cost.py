@@ -1,13 +1,20 @@
-"""GPU time of one job: prefill from FLOPs, decode from the bandwidth floor (constants in :mod:`evals.plan.device`).
+"""GPU time of one job: prefill from FLOPs, decode from the bytes and FLOPs of a step (constants in
+:mod:`evals.plan.device`).
 
 - Prefill, once per item (its n samples share it): ``2*n_params*T + 2*n_layers*T^2*hidden`` FLOPs (the matmuls,
   then causal attention's QK^T and PV), at ``bf16_flops * prefill_mfu``; averaged over the task's length groups.
 - Decode: every sample generates ``gen_fraction * max_new_tokens`` tokens on average; ``rows`` rows advance one
   token per step and a finished row is refilled at once (row retirement), so the job takes
   ``samples * mean_tokens / rows`` steps plus, at its end, up to ``max_new_tokens`` steps of the last straggler.
-  A step reads the weights and ``rows * slots`` KV entries (the filled ones only with
-  ``Device.reads_all_slots=False``) at ``hbm_bytes_per_s * bandwidth_efficiency``; it is also at least its
-  matmul FLOPs at the prefill's utilisation; plus ``step_overhead_s``.
+  A step (:func:`step_terms`) reads the weights, each row's KV (a ring: all its slots; an appending method: its
+  filled slots, on average over the job's time, rounded up to the read block) and writes and reads the logits and
+  sampling temporaries, at ``hbm_bytes_per_s * bandwidth_efficiency``; **plus** its FLOPs (every row times the
+  weights, and attention over the filled KV) at the prefill's utilisation; plus ``step_overhead_s``. At 250-500
+  rows both terms count, so they add rather than overlap.
+- The average fill of an appending row over time is ``kept prompt + E[L^2] / (2 E[L])`` for generation lengths
+  ``L``: a long sample spends more steps, at larger fills. With lengths spread as reasoning traces are (lognormal,
+  sigma ~0.6: ``E[L^2] = E[L]^2 * (1 + GEN_LENGTH_CV2)``) that is ``kept + mean_new * (1 + GEN_LENGTH_CV2) / 2``,
+  at most ``kept + max_new_tokens``.
 """
 
 from __future__ import annotations
@@ -16,7 +23,12 @@ import math
 from dataclasses import dataclass
 
 from evals.plan.device import H100, Device
-from evals.plan.job import Job
+from evals.plan.job import Job, _method
+from snapstream_core.memory import FLOAT32, SAMPLING_BYTES_PER_ENTRY
+
+# Squared coefficient of variation of the generated lengths: exp(0.6^2) - 1 for a lognormal with sigma 0.6 (an
+# assumed spread of reasoning-trace lengths). Estimate until a run's gen_tokens columns replace it.
+GEN_LENGTH_CV2 = 0.43
 
 
 @dataclass(frozen=True)
@@ -45,18 +57,35 @@ def mean_prompt_tokens(job: Job) -> float:
     return sum(share * t for share, t in job.prompt_groups)
 
 
-def step_seconds(job: Job, rows: int, device: Device = H100) -> float:
-    """One decode step of ``rows`` rows: the larger of its bandwidth time and its compute time, plus overhead."""
-    s = job.shape
-    mean_new = job.gen_fraction * job.max_new_tokens
+def read_slots(job: Job, device: Device = H100) -> float:
+    """KV slots one row reads per step, on average over the job's time."""
     if device.reads_all_slots or job.slots < job.kept + job.max_new_tokens:  # a ring is always full soon
-        read = job.slots
-    else:  # appending: the filled slots, on average the mean prompt plus half the mean generation
-        read = min(job.slots, mean_prompt_tokens(job) + mean_new / 2)
-    bytes_read = s.weight_bytes + rows * read * s.kv_bytes_per_token
-    bandwidth = bytes_read / (device.hbm_bytes_per_s * device.bandwidth_efficiency)
-    compute = 2 * s.n_params * rows / (device.bf16_flops * device.prefill_mfu)
-    return max(bandwidth, compute) + device.step_overhead_s
+        return job.slots
+    method = _method(dict(job.knobs))
+    kept = sum(share * method.footprint(t, 0) for share, t in job.prompt_groups)
+    mean_new = job.gen_fraction * job.max_new_tokens
+    fill = kept + min(job.max_new_tokens, mean_new * (1 + GEN_LENGTH_CV2) / 2)
+    block = device.read_block
+    return min(job.slots, math.ceil(fill / block) * block)
+
+
+def step_terms(job: Job, rows: int, device: Device = H100) -> dict[str, float]:
+    """Seconds of one decode step of ``rows`` rows, by term: bytes moved, FLOPs, overhead."""
+    s = job.shape
+    read = read_slots(job, device)
+    sampling = 2 * rows * s.vocab * (FLOAT32 + SAMPLING_BYTES_PER_ENTRY)  # written once, read once
+    bytes_moved = s.weight_bytes + rows * read * s.kv_bytes_per_token + sampling
+    flops = 2 * s.n_params * rows + 4 * rows * read * s.n_layers * s.n_heads * s.head_dim
+    return {
+        "bandwidth": bytes_moved / (device.hbm_bytes_per_s * device.bandwidth_efficiency),
+        "compute": flops / (device.bf16_flops * device.prefill_mfu),
+        "overhead": device.step_overhead_s,
+    }
+
+
+def step_seconds(job: Job, rows: int, device: Device = H100) -> float:
+    """One decode step of ``rows`` rows: bandwidth time + compute time + overhead (:func:`step_terms`)."""
+    return sum(step_terms(job, rows, device).values())
 
 
 def job_cost(job: Job, rows: int, device: Device = H100) -> Cost:

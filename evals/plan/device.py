@@ -15,9 +15,10 @@ GIB = 2**30
 class Device:
     """One accelerator, and how well a decode step and a prefill use it.
 
-    Decode is memory-bound: a step reads the weights and every KV slot of every row once, so its time is
-    ``bytes / (hbm_bytes_per_s * bandwidth_efficiency)`` (the bandwidth floor divided by the efficiency) plus
-    ``step_overhead_s``. Prefill is compute-bound: ``FLOPs / (bf16_flops * prefill_mfu)``.
+    A decode step reads the weights and the filled KV of every row once, and multiplies every row by the weights:
+    its time is ``bytes / (hbm_bytes_per_s * bandwidth_efficiency)`` plus ``FLOPs / (bf16_flops * prefill_mfu)``
+    plus ``step_overhead_s`` (both terms count at 250-500 rows). Prefill is compute-bound:
+    ``FLOPs / (bf16_flops * prefill_mfu)``. Memory is :mod:`snapstream_core.memory`'s (card size, context, margin).
     """
 
     name: str = "NVIDIA H100 SXM5 80GB"
@@ -31,14 +32,14 @@ class Device:
     # Model FLOPs utilisation of a chunked prefill (HF Llama + SDPA/flash). Estimate, below the ~50% of tuned
     # training stacks; measured by make gpu-check.
     prefill_mfu: float = 0.4
-    # Per decode step besides the bandwidth: sampling, the stop check, a CUDA graph replay. Estimate.
+    # Per decode step besides its bytes and FLOPs: the CUDA graph replay, kernel launches of sampling, the host's
+    # periodic done check. Estimate.
     step_overhead_s: float = 1.0e-3
-    # Device memory the allocations never get: the CUDA context and the caching allocator's fragmentation, which
-    # torch.cuda.max_memory_allocated does not count. Estimate (the context alone is ~0.5 GiB on an H100).
-    reserved_gib: float = 2.0
-    # True: a step reads all the slots of a row (a fixed-shape kernel over the allocated buffer: the conservative
-    # time). False: only the filled ones (a block-sparse kernel skipping empty blocks).
-    reads_all_slots: bool = True
+    # True: a step reads all the slots of a row (a fixed-shape kernel over the allocated buffer). False: only the
+    # filled ones, in blocks (the engine's decode attention bounds its reads to each row's filled length).
+    reads_all_slots: bool = False
+    # Tokens per block of a bounded read (FlexAttention's default block): a row reads its filled slots rounded up.
+    read_block: int = 128
 
 
 H100 = Device()

@@ -7,9 +7,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from evals.plan.device import GIB, H100, Device
-from evals.plan.memory import CUDA, MemoryModel
 from evals.plan.shape import ModelShape, shape_from_model
+from snapstream_core.memory import (
+    GIB,
+    PREFILL_CHUNK,
+    budget_bytes,
+    card_usable_bytes,
+    compressed_slots,
+    job_terms,
+    query_rows,
+)
+from snapstream_core.memory import max_rows as model_max_rows
 
 DEFAULT_MEMORY_GIB = 80.0
 HUGE = 2**40  # "unbounded" new tokens: a ring method's largest footprint
@@ -34,7 +42,8 @@ class Job:
     shape: ModelShape
     kept: int  # prompt tokens a compressed layer keeps (of the longest prompt)
     slots: int  # KV slots of one decode row (fixed for the whole job: one compiled graph)
-    selects: bool  # prefill runs a SnapKV-style scoring
+    prefill_slots: int  # KV slots a compressed layer holds after its selection at prefill (the ring included)
+    window: int  # query rows the prefill's selection scores with (0: no SnapKV scoring)
     rows_request: int | None  # gen.rows: None = auto (the most that fit)
     memory_gib: float  # plan.memory_gib
     run_dir: str
@@ -67,15 +76,14 @@ def _method(compression: Mapping[str, Any]):
     return compression_from_config(dict(compression))
 
 
-def _geometry(method, T: int, G: int) -> tuple[int, int, bool]:
-    """(kept, slots, selects) of the longest prompt ``T`` with ``G`` new tokens."""
+def _geometry(method, T: int, G: int) -> dict[str, int]:
+    """kept, slots, prefill_slots and window of the longest prompt ``T`` with ``G`` new tokens."""
     kept = method.footprint(T, 0)
     if method.ring is None:  # appending: the prompt kept plus every new token
         slots = method.footprint(T, G)
     else:  # a ring: the method's largest footprint, whatever the prompt (static_decode; a ratio: of this prompt)
         slots = method.footprint(T if getattr(method, "ratio", None) else HUGE, HUGE)
-    selects = hasattr(method, "window") and method.needs_selection(T)
-    return kept, slots, selects
+    return {"kept": kept, "slots": slots, "prefill_slots": compressed_slots(method, T), "window": query_rows(method, T)}
 
 
 def job_from_config(cfg: Any, max_prompt_tokens: int | None = None) -> Job:
@@ -100,7 +108,6 @@ def job_from_config(cfg: Any, max_prompt_tokens: int | None = None) -> Job:
     fractions = plan.get("gen_fraction") or {}
     fraction = float(fractions.get(model.get("family"), fractions.get("default", 1.0)))
     method = _method(c["compression"])
-    kept, slots, selects = _geometry(method, T, G)
     rows = gen.get("rows", "auto")
     if rows not in (None, "auto") and (not isinstance(rows, int) or isinstance(rows, bool) or rows < 1):
         raise ValueError(f"gen.rows: must be auto or an integer >= 1, got {rows!r}")
@@ -118,9 +125,7 @@ def job_from_config(cfg: Any, max_prompt_tokens: int | None = None) -> Job:
         max_prompt_tokens=T,
         gen_fraction=fraction,
         shape=shape,
-        kept=kept,
-        slots=slots,
-        selects=selects,
+        **_geometry(method, T, G),
         rows_request=None if rows in (None, "auto") else rows,
         memory_gib=float((c.get("plan") or {}).get("memory_gib", DEFAULT_MEMORY_GIB)),
         run_dir=str(c.get("run_dir", "")),
@@ -130,8 +135,8 @@ def job_from_config(cfg: Any, max_prompt_tokens: int | None = None) -> Job:
 
 def with_prompt(job: Job, max_prompt_tokens: int) -> Job:
     """The same job for prompts of at most ``max_prompt_tokens`` tokens (measured by the runner on its items)."""
-    kept, slots, selects = _geometry(_method(dict(job.knobs)), max_prompt_tokens, job.max_new_tokens)
-    return replace(job, max_prompt_tokens=max_prompt_tokens, kept=kept, slots=slots, selects=selects)
+    geometry = _geometry(_method(dict(job.knobs)), max_prompt_tokens, job.max_new_tokens)
+    return replace(job, max_prompt_tokens=max_prompt_tokens, **geometry)
 
 
 def _as_job(cfg_or_job: Any, max_prompt_tokens: int | None) -> Job:
@@ -140,49 +145,66 @@ def _as_job(cfg_or_job: Any, max_prompt_tokens: int | None) -> Job:
     return job_from_config(cfg_or_job, max_prompt_tokens)
 
 
-def usable_bytes(job: Job, memory_gib: float | None = None, device: Device = H100) -> float:
-    return ((job.memory_gib if memory_gib is None else memory_gib) - device.reserved_gib) * GIB
+def job_budget(job: Job, memory_gib: float | None = None, usable: float | None = None) -> float:
+    """Bytes the job's peak may reach: what a card of ``plan.memory_gib`` GB can allocate after its CUDA context
+    (80 -> ~79.1 GiB), at most ``usable`` (the free memory read from the device, on CUDA), less the margin for graph
+    pools and fragmentation (:mod:`snapstream_core.memory`)."""
+    card = card_usable_bytes(job.memory_gib if memory_gib is None else memory_gib)
+    return budget_bytes(card if usable is None else min(card, usable))
 
 
-def peak_bytes(job: Job, rows: int, mm: MemoryModel = CUDA) -> int:
+def peak_terms(job: Job, rows: int) -> dict[str, int]:
+    """The job's peak with ``rows`` decode rows, by term (weights, prefill, rows)."""
+    return job_terms(job.shape.arch, job.shape.weight_bytes, rows, **_model_args(job))
+
+
+def peak_bytes(job: Job, rows: int) -> int:
     """The job's peak with ``rows`` decode rows (what ``torch.cuda.max_memory_allocated`` should read)."""
-    return mm.job_bytes(job.shape, rows, job.slots, job.max_prompt_tokens, job.kept, job.selects)
+    return sum(peak_terms(job, rows).values())
 
 
-def max_rows(job: Job, memory_gib: float | None = None, mm: MemoryModel = CUDA, device: Device = H100) -> int:
+def _model_args(job: Job) -> dict[str, int]:
+    return {"slots": job.slots, "max_new": job.max_new_tokens, "T": job.max_prompt_tokens,
+            "prefill_slots": job.prefill_slots, "window": job.window, "chunk": PREFILL_CHUNK}
+
+
+def max_rows(job: Job, memory_gib: float | None = None, usable: float | None = None) -> int:
     """The most decode rows that fit the budget, at most the job's samples (0: not even one fits)."""
-    fit = mm.max_rows(job.shape, usable_bytes(job, memory_gib, device), job.slots, job.max_prompt_tokens,
-                      job.kept, job.selects)
+    fit = model_max_rows(job.shape.arch, job.shape.weight_bytes, job_budget(job, memory_gib, usable),
+                         **_model_args(job))
     return min(fit, job.total_samples)
 
 
 def check_fits(cfg_or_job: Any, *, max_prompt_tokens: int | None = None, memory_gib: float | None = None,
-               mm: MemoryModel = CUDA, device: Device = H100) -> None:
+               usable: float | None = None) -> None:
     """Raise one-line ``ValueError`` naming the job and its need when it cannot run in the budget (at one row,
-    or at the requested ``gen.rows``)."""
+    or at the requested ``gen.rows``). ``usable``: bytes free on the device (on CUDA), else the card's."""
     job = _as_job(cfg_or_job, max_prompt_tokens)
     budget = job.memory_gib if memory_gib is None else memory_gib
-    usable = usable_bytes(job, memory_gib, device)
+    allowed = job_budget(job, memory_gib, usable)
     rows = job.rows_request or 1
-    need = peak_bytes(job, rows, mm)
-    if need > usable:
+    need = peak_bytes(job, rows)
+    if need > allowed:
         key = "gen.rows" if job.rows_request else "plan.memory_gib"
+        where = f"plan.memory_gib={budget:g}"
+        if usable is not None:
+            where += f", {usable / GIB:.1f} GiB free on the device"
         raise ValueError(
             f"{key}: {job.label} needs {need / GIB:.1f} GiB at {rows} row(s) of {job.slots} slots "
             f"(prompt {job.max_prompt_tokens} tokens, weights {job.shape.weight_bytes / GIB:.1f} GiB) > "
-            f"{usable / GIB:.1f} GiB usable of plan.memory_gib={budget:g}"
+            f"{allowed / GIB:.1f} GiB allowed of {where}"
         )
 
 
 def choose_rows(cfg_or_job: Any, *, max_prompt_tokens: int | None = None, memory_gib: float | None = None,
-                mm: MemoryModel = CUDA, device: Device = H100) -> int:
+                usable: float | None = None) -> int:
     """``gen.rows`` for a job: the requested integer, or (``auto``) the most rows that fit the budget, capped at
     the job's samples. Raises like :func:`check_fits` when it cannot run."""
     job = _as_job(cfg_or_job, max_prompt_tokens)
-    check_fits(job, memory_gib=memory_gib, mm=mm, device=device)
+    check_fits(job, memory_gib=memory_gib, usable=usable)
     if job.rows_request is not None:
         return min(job.rows_request, job.total_samples)
-    return max(1, max_rows(job, memory_gib, mm, device))
+    return max(1, max_rows(job, memory_gib, usable))
 
 
 def alias_of(job: Job, max_prompt_tokens: int) -> Job | None:

@@ -40,10 +40,10 @@ class Planned:
 
 def plan_one(job: Job, memory_gib: float | None = None, device: Device = H100) -> Planned:
     try:
-        check_fits(job, memory_gib=memory_gib, device=device)
+        check_fits(job, memory_gib=memory_gib)
     except ValueError as exc:
         return Planned(job, 0, peak_bytes(job, job.rows_request or 1) / GIB, None, error=str(exc))
-    rows = choose_rows(job, memory_gib=memory_gib, device=device)
+    rows = choose_rows(job, memory_gib=memory_gib)
     return Planned(job, rows, peak_bytes(job, rows) / GIB, job_cost(job, rows, device))
 
 

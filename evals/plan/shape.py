@@ -9,6 +9,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from snapstream_core.memory import Arch
+
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
@@ -42,6 +44,13 @@ class ModelShape:
     @property
     def weight_bytes(self) -> int:
         return self.n_params * self.dtype_bytes
+
+    @property
+    def arch(self) -> Arch:
+        """The memory model's view of this shape (:mod:`snapstream_core.memory`)."""
+        return Arch(n_layers=self.n_layers, hidden=self.hidden, intermediate=self.intermediate, n_heads=self.n_heads,
+                    n_kv_heads=self.n_kv_heads, head_dim=self.head_dim, vocab=self.vocab,
+                    dtype_bytes=self.dtype_bytes)
 
     @property
     def kv_bytes_per_token(self) -> int:

@@ -5,12 +5,15 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from evals.plan.cost import mean_prompt_tokens
+from evals.plan.cost import mean_prompt_tokens, read_slots, step_terms
+from evals.plan.device import GIB
+from evals.plan.job import peak_terms
 from evals.plan.planner import Planned
 
 COLUMNS = (
     "model", "task", "compression", "prompt_budget", "recent", "n_items", "n_samples", "rows", "slots",
-    "max_prompt_tokens", "mean_prompt_tokens", "mean_gen_tokens", "peak_gib", "prefill_hours", "decode_hours",
+    "max_prompt_tokens", "mean_prompt_tokens", "mean_gen_tokens", "peak_gib", "weights_gib", "prefill_gib",
+    "rows_gib", "read_slots", "step_ms", "step_bandwidth_ms", "step_compute_ms", "prefill_hours", "decode_hours",
     "gpu_hours", "same_as", "reason", "run_dir",
 )
 TODAY_COMPILED_GPU_HOURS = 750  # the paper grid's estimate before rows were planned (after its OOM fixes), compiled
@@ -20,12 +23,19 @@ TODAY_EAGER_GPU_HOURS = 1940
 def row(p: Planned) -> dict:
     j, c = p.job, p.cost
     knobs = dict(j.knobs)
+    rows = max(p.rows, 1)
+    mem = peak_terms(j, rows)
+    step = step_terms(j, rows)
     return {
         "model": j.model, "task": j.task, "compression": j.compression,
         "prompt_budget": knobs.get("prompt_budget", ""), "recent": knobs.get("recent", ""),
         "n_items": j.n_items, "n_samples": j.n_samples, "rows": p.rows, "slots": j.slots,
         "max_prompt_tokens": j.max_prompt_tokens, "mean_prompt_tokens": round(mean_prompt_tokens(j)),
         "mean_gen_tokens": round(j.gen_fraction * j.max_new_tokens), "peak_gib": round(p.peak_gib, 2),
+        "weights_gib": round(mem["weights"] / GIB, 2),
+        "prefill_gib": round((mem["prefill"] + mem["first_draw"]) / GIB, 2), "rows_gib": round(mem["rows"] / GIB, 2),
+        "read_slots": round(read_slots(j)), "step_ms": round(1000 * sum(step.values()), 2),
+        "step_bandwidth_ms": round(1000 * step["bandwidth"], 2), "step_compute_ms": round(1000 * step["compute"], 2),
         "prefill_hours": "" if c is None else round(c.prefill_s / 3600, 3),
         "decode_hours": "" if c is None else round(c.decode_steps * c.step_s / 3600, 3),
         "gpu_hours": round(p.gpu_hours, 3), "same_as": p.same_as, "reason": p.reason or p.error,

@@ -1,0 +1,80 @@
+"""The one memory model (snapstream_core.memory) against tensor allocations tracked on CPU: a job's peak (a decode
+row set held while the next item is prefilled) within 15% of the tracked peak and never below it; the sampling
+temporaries per vocabulary entry; the card arithmetic the planner budgets with."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import LlamaForCausalLM
+
+import snapstream_core as ss
+from bench.live_bytes import LiveBytes
+from snapstream_core.engine import Engine, EngineItem
+from snapstream_core.engine.noise import pick_tokens
+from snapstream_core.memory import (
+    GIB,
+    SAMPLING_BYTES_PER_ENTRY,
+    Arch,
+    budget_bytes,
+    card_usable_bytes,
+    compressed_slots,
+    job_terms,
+    max_rows,
+    query_rows,
+)
+from tests.conftest import tiny_config
+
+SAMPLED = ss.SamplingConfig(max_new_tokens=24, temperature=0.6, top_p=0.95)
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    m = LlamaForCausalLM(tiny_config(num_hidden_layers=3, vocab_size=4096)).eval()
+    m.set_attn_implementation("sdpa")
+    return m
+
+
+@pytest.mark.parametrize("method", [ss.NoCompression(), ss.SnapStream(prompt_budget=256, window=16, recent=32)],
+                         ids=["none", "snapstream"])
+def test_job_peak_bounds_the_tracked_engine_peak_within_15_percent(model, method):
+    """Two items of T tokens, R samples each, in R engine rows: the second item is prefilled while the rows of the
+    first are allocated, the peak the model's ``job`` sums."""
+    T, R, G = 1024, 4, SAMPLED.max_new_tokens
+    gen = torch.Generator().manual_seed(0)
+    items = [EngineItem(torch.randint(0, 4096, (T,), generator=gen).tolist(), i, tuple(range(R)), G)
+             for i in range(2)]
+    engine = Engine(model, method, SAMPLED, eos=[], rows=R)
+    with LiveBytes() as mem:
+        done = sum(len(batch) for batch in engine.run(items))
+    assert done == 2 * R
+    a = Arch.of(model.config, 4)
+    slots = engine.cache.slots  # what the engine allocated per row
+    terms = job_terms(a, 0, R, slots=slots, max_new=G, T=T, prefill_slots=compressed_slots(method, T),
+                      window=query_rows(method, T), chunk=4096)
+    estimate = sum(terms.values())
+    assert mem.peak <= estimate <= 1.15 * mem.peak, (mem.peak, terms)
+
+
+def test_sampling_temporaries_per_vocabulary_entry_are_not_underestimated():
+    R, V = 4, 32_000
+    logits = torch.randn(R, V, generator=torch.Generator().manual_seed(0))
+    with LiveBytes() as mem:
+        pick_tokens(logits, SAMPLED, torch.arange(R), torch.zeros(R, dtype=torch.long))
+    assert mem.peak <= R * V * SAMPLING_BYTES_PER_ENTRY + 1024  # + the (R,) and (V,) index vectors
+
+
+def test_an_80_gb_card_allocates_about_79_gib_and_the_budget_keeps_a_margin():
+    assert 79.0 * GIB < card_usable_bytes(80) < 79.2 * GIB
+    assert budget_bytes(card_usable_bytes(80)) <= 77 * GIB
+
+
+def test_max_rows_is_the_largest_row_count_that_fits():
+    a = Arch(n_layers=32, hidden=4096, intermediate=14336, n_heads=32, n_kv_heads=8, head_dim=128, vocab=128_256,
+             dtype_bytes=2)
+    job = dict(slots=2048, max_new=32768, T=400, prefill_slots=2048, window=32, chunk=4096)
+    weights, budget = 16 * 10**9, 70 * GIB
+    n = max_rows(a, weights, budget, **job)
+    assert sum(job_terms(a, weights, n, **job).values()) <= budget < sum(job_terms(a, weights, n + 1, **job).values())
+    assert max_rows(a, weights, weights, **job) == 0
