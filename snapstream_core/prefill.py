@@ -139,31 +139,6 @@ class _StagingCache(Cache):
         return self.staging.update(key_states, value_states)
 
 
-def query_rows(method: CompressionMethod, prompt_len: int) -> int:
-    """Post-RoPE query rows (the last ones) the method's selection reads: ``window`` for SnapKV-style methods, none
-    when nothing is selected or the method has no window (StreamingLLM scores by position); a method without a
-    ``window`` knob that is not known to ignore queries gets them all."""
-    from snapstream_core.methods.streaming_llm import StreamingLLM
-
-    if not method.compresses or not method.needs_selection(prompt_len):
-        return 0
-    window = getattr(method, "window", None)
-    if isinstance(window, int):
-        return min(window, prompt_len)
-    return 0 if isinstance(method, StreamingLLM) else prompt_len
-
-
-def compressed_slots(method: CompressionMethod, prompt_len: int) -> int:
-    """KV slots per KV head a layer allocates when its selection is done (the ring is allocated whole)."""
-    from snapstream_core.methods.streaming_llm import StreamingLLM
-
-    if method.ring is None:
-        return method.footprint(prompt_len, 0)
-    if isinstance(method, StreamingLLM):
-        return min(method.sinks, prompt_len) + method.ring
-    return method.footprint(prompt_len, 0) + method.ring  # SnapStream: the kept prompt (frozen) + the ring
-
-
 def prefill_peak_bytes(
     config, prompt_len: int, slots: int, *, chunk_size: int | None = None, window: int = 0, dtype_bytes: int = 4
 ) -> int:
@@ -239,7 +214,7 @@ def prefill_prompt(
 
     decoder: LlamaModel = model.model
     n_layers = len(cache.layers)
-    staging = _StagingLayer(T, query_rows(method, T))
+    staging = _StagingLayer(T, method.query_rows(T))
     staged = _StagingCache(staging, n_layers)
     hidden = decoder.embed_tokens(ids)  # (1, T, d): the residual stream
     spans = [(s, min(s + chunk, T)) for s in range(0, T, chunk)]

@@ -12,7 +12,6 @@ from evals.plan.memory import CUDA, MemoryModel
 from evals.plan.shape import ModelShape, shape_from_model
 
 DEFAULT_MEMORY_GIB = 80.0
-HUGE = 2**40  # "unbounded" new tokens: a ring method's largest footprint
 
 
 @dataclass(frozen=True)
@@ -68,14 +67,8 @@ def _method(compression: Mapping[str, Any]):
 
 
 def _geometry(method, T: int, G: int) -> tuple[int, int, bool]:
-    """(kept, slots, selects) of the longest prompt ``T`` with ``G`` new tokens."""
-    kept = method.footprint(T, 0)
-    if method.ring is None:  # appending: the prompt kept plus every new token
-        slots = method.footprint(T, G)
-    else:  # a ring: the method's largest footprint, whatever the prompt (static_decode; a ratio: of this prompt)
-        slots = method.footprint(T if getattr(method, "ratio", None) else HUGE, HUGE)
-    selects = hasattr(method, "window") and method.needs_selection(T)
-    return kept, slots, selects
+    """(kept, slots, selects) of the longest prompt ``T`` with ``G`` new tokens, as the method gives them."""
+    return method.kept(T), method.slots(T, G), method.query_rows(T) > 0
 
 
 def job_from_config(cfg: Any, max_prompt_tokens: int | None = None) -> Job:
