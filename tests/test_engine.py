@@ -321,3 +321,21 @@ def test_stop_strings_end_samples_as_generate_does(tiny_model, smollm2):
                      tokenizer=tok) for p in ps]
     assert [got[i] for i in range(3)] == [(r.tokens[0][0], r.finish_reasons[0][0]) for r in ref1]
     assert ref.tokens[1][0] == got[1][0]
+
+
+@pytest.mark.parametrize("cfg", [SamplingConfig(temperature=0.8, top_p=0.9), SamplingConfig(temperature=0.6, top_k=20),
+                                 SamplingConfig(temperature=1.0, top_k=50, top_p=0.95)], ids=["top_p", "top_k", "both"])
+def test_sampling_over_the_survivors_draws_the_whole_vocabulary_tokens(cfg):
+    """The survivors-only noise picks, on random logits (ties included), the token of the whole-vocabulary
+    Gumbel-max with the same noise."""
+    gen = torch.Generator().manual_seed(1)
+    R, V = 64, 5000
+    logits = torch.randn(R, V, generator=gen) * 3
+    logits[:8, 100:110] = logits[:8, 100:101]  # exact ties among the largest
+    logits[:8, 100:110] += 20
+    keys = torch.tensor([sample_key(5, 9, i) for i in range(R)])
+    for step in range(4):
+        steps = torch.full((R,), step)
+        filtered = cfg.warpers()(None, logits)
+        whole = (filtered - torch.log(-torch.log(uniforms(keys, steps, V)))).argmax(-1)
+        assert torch.equal(pick_tokens(logits, cfg, keys, steps), whole)
