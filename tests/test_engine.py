@@ -224,9 +224,9 @@ def test_a_prompt_longer_than_planned_is_refused_in_one_line(tiny_model):
 
 def test_a_ratio_method_allocates_the_slots_of_its_prompts(tiny_model):
     """``snapstream`` with ``ratio`` sized its rows for a 2**40-token prompt (tera-bytes): now its longest prompt."""
-    method = ss.SnapStream(ratio=0.75, recent=8)
+    method = ss.SnapStream(ratio=0.75, recent=8, window=8)
     _, eng = engine_run(tiny_model, method, SAMPLED, prompts(), [(0,)] * 3, rows=2)
-    assert eng.cache.slots == method.slots(130, NEW) == 130 // 4 + 8
+    assert eng.cache.slots == method.slots(130, NEW) == int(130 * 0.25) + 8
 
 
 def test_appending_rows_read_only_their_filled_blocks(tiny_model):
