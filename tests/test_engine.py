@@ -40,8 +40,10 @@ def engine_run(model, method, sampling, ps, samples, *, rows, eos=(), seed=0, fi
 
 def one_at_a_time(model, method, sampling, ids, key, sample_idx, eos, seed=0):
     """The reference: one sample alone, eager, on the compressed cache that prefill_prompt leaves (no slot buffers),
-    drawing from the same per-sample noise."""
+    drawing from the same per-sample noise. Its forwards hold the sample in 4 identical rows, as the engine's CPU
+    forwards hold at least 4 (the CPU matrix kernels give a row other bits at 1-3 rows than at 4 or more)."""
     cache, logits = prefill_prompt(model, torch.tensor([ids]), method)
+    cache.batch_repeat_interleave(4)
     k = torch.tensor([sample_key(seed, key, sample_idx)])
     toks, step = [], 0
     tok = pick_tokens(logits, sampling, k, torch.tensor([0]))
@@ -49,10 +51,10 @@ def one_at_a_time(model, method, sampling, ids, key, sample_idx, eos, seed=0):
         toks.append(int(tok))
         if int(tok) in eos or len(toks) == sampling.max_new_tokens:
             return toks, "stop" if int(tok) in eos else "length"
-        out = model(input_ids=tok[:, None], position_ids=torch.tensor([[len(ids) + step]]), past_key_values=cache,
-                    use_cache=True)
+        out = model(input_ids=tok[:, None].expand(4, 1), position_ids=torch.tensor([[len(ids) + step]] * 4),
+                    past_key_values=cache, use_cache=True)
         step += 1
-        tok = pick_tokens(out.logits[:, -1, :].float(), sampling, k, torch.tensor([step]))
+        tok = pick_tokens(out.logits[:1, -1, :].float(), sampling, k, torch.tensor([step]))
 
 
 def forced_eos(refs: list[list[int]]) -> list[int]:
@@ -339,3 +341,25 @@ def test_sampling_over_the_survivors_draws_the_whole_vocabulary_tokens(cfg):
         filtered = cfg.warpers()(None, logits)
         whole = (filtered - torch.log(-torch.log(uniforms(keys, steps, V)))).argmax(-1)
         assert torch.equal(pick_tokens(logits, cfg, keys, steps), whole)
+
+
+@pytest.mark.parametrize("method", [ss.NoCompression(), ss.SnapStream(prompt_budget=64, recent=8)],
+                         ids=["none", "snapstream"])
+def test_a_rows_logits_are_the_same_bits_in_every_forward_of_4_or_more_rows(tiny_model, method):
+    """The CPU step runs the busy rows as one forward of >= 4 rows: row 0's logits do not depend on how many rows
+    (4 to 8) or which neighbours share it."""
+    from snapstream_core.engine.rows import RowCache
+    from snapstream_core.engine.step import decode_step
+
+    ps = prompts((120, 60, 90, 30, 200, 75, 50, 110))
+    prefixes = [prefill_prompt(tiny_model, torch.tensor([p]), method) for p in ps]
+    S = max(method.slots(len(p), 4) for p in ps)
+    out = {}
+    for M in (4, 5, 8):
+        rows = RowCache.empty(M, S, prefixes[0][0])
+        slots = [(lambda b, o, p, _: b + o % p)(*rows.load(r, prefixes[r][0])) for r in range(M)]
+        toks = torch.tensor([[int(prefixes[r][1].argmax())] for r in range(M)])
+        with torch.no_grad():
+            out[M] = decode_step(tiny_model, rows, toks, torch.tensor([[len(p)] for p in ps[:M]]),
+                                 torch.tensor(slots))[0]
+    assert torch.equal(out[4], out[5]) and torch.equal(out[4], out[8])

@@ -12,12 +12,12 @@ next pending samples, of the same item or the next one.
 Sampling draws from counter-based noise keyed on (``seed``, item key, sample index, step) (:mod:`.noise`), so a
 sample's tokens do not depend on which rows, items or resumes surround it.
 
-One decode step (:mod:`.step`) serves every device. On CUDA it runs all rows at fixed shapes, compiled when
-``compile`` is on. On CPU it runs the rows ``[0, hi)`` that cover the busy ones, at least ``MIN_CPU_ROWS`` of them
-(the engine holds at least that many rows on CPU): the CPU matrix kernels give the same bits to a row for every
+One decode step (:mod:`.step`) serves every device. Compiled, or on CUDA, it runs all rows at fixed shapes. Eager on
+CPU it runs the rows ``[0, hi)`` that cover the busy ones, at least ``MIN_CPU_ROWS`` of them (the engine holds at
+least that many rows on CPU): the CPU matrix kernels give the same bits to a row for every
 batch of 4 or more rows and other bits for 1 to 3, so a sample's logits do not depend on its neighbours. For the
-appending methods the step reads only the first ``read_slots`` slots of every row: the largest filled length among
-the rows, rounded up to ``read_block`` slots (docs/engine.md gives the rule and the share it reads).
+appending methods the eager step reads only the first ``read_slots`` slots of every row: the largest filled length
+among the busy rows, rounded up to ``read_block`` slots (docs/engine.md gives the rule and the share it reads).
 """
 
 from __future__ import annotations
@@ -204,7 +204,9 @@ class Engine:
     def _decode(self, busy: list[int]) -> None:
         """One decode step of the rows (on CPU: of rows ``[0, hi)``, ``hi >= MIN_CPU_ROWS``, covering ``busy``)."""
         R, S = self.held_rows, self.cache.slots
-        hi = min(R, max(MIN_CPU_ROWS, max(busy) + 1)) if self.cpu else R
+        hi = R  # compiled or CUDA: every row, one shape
+        if self.cpu and not self.stats.compiled:
+            hi = min(R, max(MIN_CPU_ROWS, max(busy, default=0) + 1))
         n = self._read_slots(busy)
         slots = (self.base + (self.offset + self.step) % self.period).clamp(max=n - 1)
         positions = (self.pos0 + self.step)[:, None]
@@ -216,8 +218,6 @@ class Engine:
             if is_oom(exc):
                 raise self._oom(self.step_fn.stage(), exc) from exc
             raise
-        if hi < R:
-            logits = torch.cat([logits, logits.new_zeros(R - hi, logits.shape[-1])])
         self._sched.stepped(hi)
         self.stats.slots_read += hi * n
         self.stats.slots_held += hi * S
@@ -229,7 +229,9 @@ class Engine:
             held, steps, ring = self._host_fill[r]
             self._host_fill[r] = (held, steps + 1, ring)
         self.step += 1
-        new = pick_tokens(logits, self.sampling, self.keys, self.step)
+        new = pick_tokens(logits, self.sampling, self.keys[:hi], self.step[:hi])
+        if hi < R:  # rows [hi, R) hold no sample: their token is never read
+            new = torch.cat([new, self.tok[hi:]])
         width = self.out.shape[1] - 1
         where = torch.where(self.done, width, self.step.clamp(max=width))
         self.out.scatter_(1, where[:, None], new[:, None])
