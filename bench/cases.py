@@ -18,7 +18,7 @@ from snapstream_core.methods.base import CompressionMethod
 
 PLAIN = "plain"
 BATCH_METHOD = "snapstream"  # the one method also measured at every batch size (the recipe this project is about)
-COMPILED = "+compiled"  # suffix of a method decoded by the compiled static-shape step (snapstream_core.static_decode)
+COMPILED = "+compiled"  # suffix of a method decoded by the engine's compiled step (snapstream_core.engine.step)
 
 
 def base_method(name: str) -> str:

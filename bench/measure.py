@@ -39,7 +39,8 @@ from bench.cases import PLAIN, Case, build_method, is_compiled
 from bench.config import WARM_STEPS, BenchConfig
 from bench.cpu_decode import KERNELS
 from bench.floor import BandwidthProbe, floor_bytes, measure_matmul
-from snapstream_core.static_decode import DecodeKernels, compiled_step, to_static
+from snapstream_core.engine.rows import RowCache
+from snapstream_core.engine.step import DecodeKernels, Step
 
 MIB = 2**20
 log = logging.getLogger(__name__)
@@ -124,7 +125,26 @@ class Running:
     row: dict
     step_s: list[float] = field(default_factory=list)
     tokens: list[int] | None = None  # greedy tokens of the first sequence, when asked for (tests)
-    static: Any = None  # the DecodePlan of a compiled case (static_decode), decoded by the compiled step
+    static: EngineRows | None = None  # a compiled case: the engine's rows, decoded by its compiled step
+
+
+@dataclass
+class EngineRows:
+    """A compiled case's decode state on the engine's pieces: the rows (one per sequence) and each row's slot
+    schedule (step t writes slot ``base + (offset + t) % period``)."""
+
+    cache: RowCache
+    base: int
+    offset: int
+    period: int
+    method: Any
+    prompt_tokens: int
+
+    def slots(self, t: int, batch: int, device) -> torch.Tensor:
+        return torch.full((batch,), self.base + (self.offset + t) % self.period, dtype=torch.long, device=device)
+
+    def tokens_held(self, steps: int) -> int:
+        return self.method.tokens_held(self.prompt_tokens, steps)
 
 
 @torch.no_grad()
@@ -146,6 +166,14 @@ def prefill(model, prompts, case: Case, cfg: BenchConfig) -> Running:
     prefill_s = _now(cuda) - t0
     peak = probe.peak()
     kv, _, tokens = kv_bytes(cache)
+    static = None
+    if is_compiled(case.method):  # the engine's rows, one per sequence, loaded from the batch-1 prefill
+        method = cache.method
+        rows = RowCache.empty(case.batch, method.slots(T, max_steps(cfg) + 1), cache,
+                              None if kernels(cfg) is None else kernels(cfg).zeros)
+        for r in range(case.batch):
+            base, offset, period, _ = rows.load(r, cache)
+        static = EngineRows(rows, base, offset, period, method, T)
     if case.batch > 1:
         cache.batch_repeat_interleave(case.batch)
         token = token.repeat_interleave(case.batch, dim=0)
@@ -161,11 +189,19 @@ def prefill(model, prompts, case: Case, cfg: BenchConfig) -> Running:
         "mem_prefill_delta_mib": peak - probe.base,
         "mem_kind": "cuda_allocated" if cuda else "rss",
     }
-    run = Running(case, cache, token, T, row)
-    if is_compiled(case.method):
-        valid = torch.ones(case.batch, T, dtype=torch.bool, device=ids.device)
-        run.static = to_static(cache, valid, max_steps(cfg), kernels=kernels(cfg))
-    return run
+    return Running(case, cache, token, T, row, static=static)
+
+
+_STEPS: dict[tuple[str, str, DecodeKernels | None], Step] = {}
+
+
+def compiled_step(device_type: str, backend: str, kernels: DecodeKernels | None) -> Step:
+    """The engine's compiled decode step, made once per (device, backend, kernels): it compiles on its first call
+    for a shape."""
+    key = (device_type, backend, kernels)
+    if key not in _STEPS:
+        _STEPS[key] = Step(True, device_type, backend, kernels=kernels)
+    return _STEPS[key]
 
 
 def kernels(cfg: BenchConfig) -> DecodeKernels | None:
@@ -185,10 +221,10 @@ def decode_step(model, run: Running, cfg: BenchConfig) -> None:
     pos = torch.full_like(run.token, run.position)
     cuda = cfg.device == "cuda"
     t0 = _now(cuda)
-    if run.static is not None:  # the compiled static-shape step: compiles on its first call for this shape
+    if run.static is not None:  # the engine's compiled step: compiles on its first call for this shape
         t = run.position - run.row["prompt_tokens"]
-        step = compiled_step(model.device.type, cfg.compile_backend, kernels=kernels(cfg))
-        logits = step(model, run.static.cache, run.token, pos, run.static.slots[t : t + 1])
+        step = compiled_step(model.device.type, cfg.compile_backend, kernels(cfg))
+        logits = step(model, run.static.cache, run.token, pos, run.static.slots(t, run.case.batch, pos.device))
         run.token = logits.argmax(-1, keepdim=True)
     else:
         logits = model(input_ids=run.token, past_key_values=run.cache, position_ids=pos, use_cache=True).logits
@@ -204,9 +240,10 @@ def finish(run: Running) -> dict:
     b = run.case.batch
     decode_ms = 1000 * statistics.mean(run.step_s)
     kv, index, tokens = kv_bytes(run.cache)
-    if run.static is not None:  # the decode ran on the static buffers: what they hold
+    if run.static is not None:  # the decode ran on the engine's rows: what they hold
         tokens = run.static.tokens_held(run.position - run.row["prompt_tokens"])
-        kv, index = run.static.cache.nbytes(), run.static.cache.visible.nbytes
+        kv = run.static.cache.nbytes_per_row() * run.static.cache.rows
+        index = run.static.cache.visible.nbytes
     stats = run.cache.stats.as_row() if isinstance(run.cache, ss.CompressedCache) else {}
     extra = {"tokens": run.tokens} if run.tokens is not None else {}
     return {
@@ -246,9 +283,7 @@ def measure_group(
     matmul_ms = {b: 1000 * measure_matmul(model, b) for b in sorted({run.case.batch for run in running})}
     for run in running:
         kept = run.row["kv_tokens_after_prefill"] + WARM_STEPS + steps // 2  # tokens held at the middle step
-        if run.static is not None and run.static.held_cap is not None:
-            kept = min(kept, run.static.held_cap)
-        elif run.case.method != PLAIN and build_method(run.case.method, cfg).ring is not None:
+        if run.case.method != PLAIN and build_method(run.case.method, cfg).ring is not None:
             kept = min(kept, run.cache.layers[0].n_frozen + build_method(run.case.method, cfg).ring)
         run.row["floor_bytes"] = floor_bytes(model, kept, run.case.batch)
         run.row["matmul_ms"] = matmul_ms[run.case.batch]  # the weights' products alone, as the kernels run them

@@ -69,7 +69,6 @@ def main(argv: list[str] | None = None) -> list[dict]:
     from omegaconf import OmegaConf
 
     from evals.models import load_model
-    from snapstream_core.memory import compressed_slots, query_rows
     from snapstream_core.prefill import DEFAULT_CHUNK, prefill_peak_bytes
 
     model, _ = load_model(OmegaConf.load(os.path.join("conf", "model", f"{args.model}.yaml")))
@@ -83,8 +82,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         for T in lengths:
             ids = torch.randint(0, config.vocab_size, (1, T), generator=gen)
             peak, prefill_peak = item_peak(model, ids, method, args.n, args.steps, args.chunk)
-            slots = compressed_slots(method, T)
-            estimate = prefill_peak_bytes(config, T, slots, chunk_size=args.chunk, window=query_rows(method, T),
+            slots = method.prefill_slots(T)
+            estimate = prefill_peak_bytes(config, T, slots, chunk_size=args.chunk, window=method.query_rows(T),
                                           dtype_bytes=dtype_bytes)
             rows.append(dict(method=name, prompt_len=T, n=args.n, steps=args.steps,
                              chunk=args.chunk or DEFAULT_CHUNK, peak_mib=round(peak / MiB, 1),

@@ -1,6 +1,7 @@
 """``python -m bench.run`` (``make bench``): what compression buys, side by side with the full cache and the
 physical limit, in one run. Writes ``raw.jsonl``/``raw.csv`` (one row per case and rep), ``summary.csv``,
-``figures.md``/``figures.json`` (the issue's "must show" figures), ``meta.json`` and plots into ``--out``.
+``figures.md``/``figures.json`` (the "must show" figures), ``meta.json``, plots, and the engine's tokens/s at 8 rows
+against 1 row (``engine_batch.csv``/``.png``, :mod:`bench.engine_batch`) into ``--out``.
 
     python -m bench.run                                  # CPU: SmolLM2 fp32, contexts 1k-8k, 3 reps (~30 min quiet)
     python -m bench.run --quick                          # a 2-minute sanity run
@@ -19,8 +20,8 @@ import sys
 import time
 from pathlib import Path
 
-from bench import markdown, plots, report
-from bench.cases import Group, effective_contexts, plan
+from bench import engine_batch, markdown, plots, report
+from bench.cases import BATCH_METHOD, Group, effective_contexts, plan
 from bench.config import BenchConfig, config_from_dict, parse_tokens, preset
 from bench.models import REPO, max_positions
 from snapstream_core.methods import METHODS
@@ -201,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
                 log.info("%s b=%d: %s", what, row["batch"], row["status"])
         raw.flush()
     raw.close()
+    batch_rows = engine_batch.measure(runner.model, runner.prompts, cfg)  # through the engine: 8 rows vs 1
+    engine_batch.write(batch_rows, out)
+    meta.update(engine_batch=batch_rows, engine_batch8_over_batch1=engine_batch.ratio(batch_rows))
     meta.update(compile_s=runner.compile_s)
     meta.update(load_end=_load(), finished=time.ctime(), duration_s=round(runner.elapsed()), skipped=runner.skipped)
     report.write_csv(out / "raw.csv", rows)
@@ -218,6 +222,11 @@ def write_outputs(rows: list[dict], cfg: BenchConfig, meta: dict, out: Path) -> 
     report.write_json(out / "figures.json", figs)
     report.write_json(out / "meta.json", meta)
     text = markdown.figures_md(figs, summary, cfg, meta)
+    if meta.get("engine_batch"):
+        by = {r["rows"]: r["tokens_per_s"] for r in meta["engine_batch"]}
+        text += (f"\nEngine decode, {BATCH_METHOD} ({engine_batch.ITEMS} items, greedy): {by.get(8)} tokens/s at "
+                 f"gen.rows=8, {by.get(1)} at gen.rows=1: x{meta['engine_batch8_over_batch1']} "
+                 "(engine_batch.csv, engine_batch.png).\n")
     (out / "figures.md").write_text(text)
     plots.plot(summary, cfg, out)
     print(text)

@@ -116,7 +116,7 @@ def check(cfg: DictConfig, *, offline: bool = False) -> Checked:
         top_k=_number(gen, "top_k", int),
         n=_number(gen, "n_samples", int),
     )
-    if gen.get("compile", "auto") not in (None, "auto", True, False):  # snapstream_core.static_decode.resolve_compile
+    if gen.get("compile", "auto") not in (None, "auto", True, False):  # snapstream_core.engine.step.resolve_compile
         raise ValueError(f"gen.compile: must be auto, true or false, got {gen['compile']!r}")
     check_rows(gen.get("rows", "auto"))
     batch_size = gen["batch_size"]

@@ -21,9 +21,14 @@ from transformers.masking_utils import AttentionMaskInterface, eager_mask, flash
 from snapstream_core.cache import ACTIVE_LAYER
 from snapstream_core.layer import CompressedLayer
 from snapstream_core.rope import rotate
-from snapstream_core.static_decode import SLOT_ATTENTION_KWARG, SLOT_MASK_KWARG
 
 log = logging.getLogger(__name__)
+
+# The engine's decode step (snapstream_core.engine.step) passes its per-layer slot mask under this keyword of the
+# model call (transformers passes the model's extra keyword arguments down to the attention interface) ...
+SLOT_MASK_KWARG = "snapstream_slot_mask"
+# ... and, when a caller plugged one in (DecodeKernels.attention), the decode attention under this one.
+SLOT_ATTENTION_KWARG = "snapstream_slot_attention"
 
 PREFIX = "snapstream_"
 BASES = ("sdpa", "eager", "flash_attention_2")
@@ -96,11 +101,11 @@ def _in_cache_rotation(layer: CompressedLayer, query: torch.Tensor, key: torch.T
     return query, key
 
 
-def _static_slots(base, stock, module, query, key, value, visible, kernel=None, **kwargs):
-    """A decode query (B, H, 1, D) over all S slots of a static cache, ``visible`` (B, H_kv, S) bool; ``kernel``:
-    the plugged-in decode attention (``static_decode.DecodeKernels.attention``), None for SDPA."""
+def _row_slots(base, stock, module, query, key, value, visible, kernel=None, **kwargs):
+    """A decode query (B, H, 1, D) over the S slots of the engine's rows, ``visible`` (B, H_kv, S) bool; ``kernel``:
+    the plugged-in decode attention (``engine.step.DecodeKernels.attention``), None for SDPA."""
     if base != "eager":  # sdpa, and flash_attention_2 (free and padding slots are scattered, not a prefix)
-        return _packed_sdpa(query, key, value, visible, kwargs.get("scaling", module.scaling), kernel)
+        return packed_sdpa(query, key, value, visible, kwargs.get("scaling", module.scaling), kernel)
     mask = visible[:, :, None, :].repeat_interleave(query.shape[1] // visible.shape[1], dim=1)  # (B, H, 1, S)
     mask = torch.zeros(mask.shape, dtype=query.dtype, device=query.device).masked_fill(
         ~mask, torch.finfo(query.dtype).min
@@ -108,13 +113,13 @@ def _static_slots(base, stock, module, query, key, value, visible, kernel=None, 
     return stock(module, query, key, value, mask, **kwargs)
 
 
-def _packed_sdpa(query, key, value, visible, scaling: float, kernel: Callable | None = None):
+def packed_sdpa(query, key, value, visible, scaling: float, kernel: Callable | None = None):
     """SDPA of one decode query per head, (B, H, 1, D), over (B, H_kv, S, D) keys/values -> (B, 1, H, D).
 
     The H / H_kv query heads that share a KV head become that head's query rows, (B, H_kv, H / H_kv, D), so K/V are
     read as they are stored instead of copied H / H_kv times (``repeat_kv``); the (B, H_kv, 1, S) mask covers the rows.
     Transformers does the same in eager decode (``pack_gqa``) but not under ``torch.compile``. A plugged-in
-    ``kernel`` (``static_decode.DecodeKernels.attention``) gets the packed rows first; where it returns None, SDPA.
+    ``kernel`` (``engine.step.DecodeKernels.attention``) gets the packed rows first; where it returns None, SDPA.
     """
     B, H, _, D = query.shape
     H_kv = key.shape[1]
@@ -138,9 +143,9 @@ def _make(base: str) -> Callable:
             stock = _flash_forward()
         slot_mask = kwargs.pop(SLOT_MASK_KWARG, None)
         kernel = kwargs.pop(SLOT_ATTENTION_KWARG, None)
-        if slot_mask is not None:  # the compiled decode step (static_decode): every slot, masked per layer
+        if slot_mask is not None:  # the engine's decode step: the rows' slots, masked per layer
             mask = slot_mask[module.layer_idx]
-            return _static_slots(base, stock, module, query, key, value, mask, kernel, **kwargs)
+            return _row_slots(base, stock, module, query, key, value, mask, kernel, **kwargs)
         layer = ACTIVE_LAYER.get()
         if layer is None or layer.layer_idx != getattr(module, "layer_idx", None):
             return stock(module, query, key, value, attention_mask, **kwargs)

@@ -17,7 +17,7 @@ from snapstream_core.stats import KVStats
 # other layer in between (each attention module does both in one ``forward``); the attention function checks the
 # layer index against ``module.layer_idx`` and clears the variable, so a stale value is never used, and a
 # ``ContextVar`` is per thread and per asyncio task, so concurrent generations in one process cannot see each other's
-# layer. The compiled decode path (``static_decode``) does not use it.
+# layer. The engine's decode step does not use it.
 ACTIVE_LAYER: ContextVar[CompressedLayer | None] = ContextVar("snapstream_active_layer", default=None)
 
 
@@ -39,15 +39,6 @@ class CompressedCache(Cache):
         layer = self.layers[layer_idx]
         ACTIVE_LAYER.set(layer)
         return layer.update(key_states, value_states, *args, **kwargs)
-
-    def record_static(self, plan, steps_done: int) -> None:
-        """The decode ran on the fixed slot buffers of ``plan`` (a ``static_decode.DecodePlan``) for ``steps_done``
-        steps: record what they held (bytes: the preallocated buffers, as for the ring)."""
-        nbytes = plan.cache.nbytes() // len(self.layers)
-        batch = plan.cache.visible.shape[1]
-        for i in range(len(self.layers)):
-            self.stats.record(i, nbytes, plan.tokens_held(steps_done), batch)
-        self.stats.step_done()
 
     def __repr__(self) -> str:
         return f"CompressedCache({self.method!r}, layers={len(self.layers)})"

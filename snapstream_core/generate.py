@@ -5,8 +5,8 @@ and compressed once, the compressed cache is expanded to ``n`` sequences per pro
 token from the shared last-position logits, and ``model.generate`` continues from the cache with only the new token
 and an attention mask covering the full logical length (so positions stay true).
 
-With ``compile`` on, the decode steps after the first token run instead on fixed-size slot buffers, one compiled
-graph per (batch, slots) replayed every step (:mod:`snapstream_core.static_decode`); greedy tokens are the same.
+It is the eager reference and the path of ``positions=in_cache`` (keys re-rotated every step); runs and benchmarks
+decode through the engine (:mod:`snapstream_core.engine`), the core's one decode step.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from snapstream_core.api import make_cache
 from snapstream_core.attention import attach
 from snapstream_core.methods.base import CompressionMethod
 from snapstream_core.sampling import SamplingConfig
-from snapstream_core.static_decode import compiled_step, resolve_compile, run_decode, to_static
 
 log = logging.getLogger(__name__)
 
@@ -33,16 +32,13 @@ class GenerationOutput:
     """``tokens[i][j]``: new token ids of sample ``j`` of prompt ``i`` (cut after the first EOS, or after the token
     that completes the first stop string); ``finish_reasons[i][j]``: ``stop`` (EOS or stop string) or ``length``;
     ``stats``: the cache's measured KV figures; ``prefill_s``/``decode_s``: wall time to the first token and after
-    it; ``compiled``: whether decode ran the compiled static-shape step; ``first_step_s``: its first call's wall time
-    (the compile time, when this call compiled)."""
+    it."""
 
     tokens: list[list[list[int]]]
     finish_reasons: list[list[str]]
     stats: dict[str, int] = field(default_factory=dict)
     prefill_s: float = 0.0
     decode_s: float = 0.0
-    compiled: bool = False
-    first_step_s: float = 0.0
 
 
 class _StepClock(StoppingCriteria):
@@ -69,7 +65,7 @@ class _GeneratedStopStrings(StoppingCriteria):
         return self.inner(input_ids[:, self.offset :], scores, **kwargs)
 
 
-def _stop_cut(seq: list[int], stop_strings: Sequence[str], tokenizer) -> int | None:
+def stop_cut(seq: list[int], stop_strings: Sequence[str], tokenizer) -> int | None:
     """Fewest leading tokens of ``seq`` whose decoded text holds a stop string (None if none does).
 
     Binary search on prefixes (holding a stop string is monotone in the prefix length): O(log n) decodes.
@@ -102,7 +98,7 @@ def left_pad(prompts: list[list[int]], pad: int, device) -> tuple[torch.Tensor, 
     return ids.to(device), mask.to(device)
 
 
-def _cut(seq: list[int], eos: set[int], max_new_tokens: int) -> tuple[list[int], str]:
+def cut_at_eos(seq: list[int], eos: set[int], max_new_tokens: int) -> tuple[list[int], str]:
     for i, tok in enumerate(seq):
         if tok in eos:
             return seq[: i + 1], "stop"
@@ -120,25 +116,16 @@ def generate(
     pad_token_id: int,
     stop_strings: Sequence[str] = (),
     tokenizer=None,
-    compile: bool | str | None = "auto",
-    compile_backend: str = "inductor",
 ) -> GenerationOutput:
     """Generate ``sampling.n`` completions for each prompt (token id lists) under ``method``.
 
     ``stop_strings`` (needs ``tokenizer``): a sample also ends with the token that completes the first of these
     strings in its generated text (generation stops early; the text itself is left for the caller to cut).
-    ``compile``: ``auto`` (on for CUDA, off for CPU), True or False: decode with the compiled static-shape step;
-    ``compile_backend``: the ``torch.compile`` backend of that step (``inductor``; ``eager`` only traces).
     """
     stop_strings = [s for s in stop_strings if s]
     if stop_strings and tokenizer is None:
         raise ValueError("generate: stop_strings needs the tokenizer")
     device = model.device
-    compiled = resolve_compile(compile, device)
-    if compiled and method.positions == "in_cache":
-        if compile is True:
-            raise ValueError("gen.compile: not supported with compression.positions=in_cache")
-        compiled = False  # auto: the eager path re-rotates keys every step
     attach(model)
     ids, mask = left_pad(prompts, pad_token_id, device)
     B, T = ids.shape
@@ -151,12 +138,7 @@ def generate(
         return StoppingCriteriaList([clock, *extra])
 
     start = time.perf_counter()
-    first_step_s = 0.0
-    if compiled:
-        new, first_token_at, first_step_s = _compiled_decode(
-            model, ids, mask, cache, sampling, eos_token_ids, stop_strings, tokenizer, compile_backend
-        )
-    elif n == 1:
+    if n == 1:
         out = model.generate(
             input_ids=ids,
             attention_mask=mask,
@@ -198,8 +180,8 @@ def generate(
     tokens: list[list[list[int]]] = [[] for _ in range(B)]
     reasons: list[list[str]] = [[] for _ in range(B)]
     for row, seq in enumerate(new):
-        cut, reason = _cut(seq, eos, sampling.max_new_tokens)
-        at = _stop_cut(cut, stop_strings, tokenizer) if stop_strings else None
+        cut, reason = cut_at_eos(seq, eos, sampling.max_new_tokens)
+        at = stop_cut(cut, stop_strings, tokenizer) if stop_strings else None
         if at is not None:
             cut, reason = cut[:at], "stop"
         tokens[row // n].append(cut)
@@ -210,47 +192,4 @@ def generate(
         stats=cache.stats.as_row(),
         prefill_s=first_token_at - start,
         decode_s=end - first_token_at,
-        compiled=compiled,
-        first_step_s=first_step_s,
     )
-
-
-def _first_tokens(logits: torch.Tensor, ids: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:
-    """(B*n, 1) first tokens from the last-position logits (B*n, V) (float32)."""
-    if sampling.do_sample:
-        return torch.multinomial(torch.softmax(sampling.warpers()(ids, logits), dim=-1), 1)
-    return logits.argmax(-1, keepdim=True)
-
-
-def _compiled_decode(model, ids, mask, cache, sampling, eos_token_ids, stop_strings, tokenizer, backend):
-    """Eager prefill, then ``max_new_tokens - 1`` compiled decode steps; returns the new token lists, the time of
-    the first token and the first decode step's wall time."""
-    n = sampling.n
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    logits = model(
-        input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, logits_to_keep=1
-    ).logits  # (B, 1, V): the whole prompt's logits would be T * V * 4 bytes per row
-    last = logits[:, -1, :].float().repeat_interleave(n, dim=0)  # (B*n, V)
-    first = _first_tokens(last, ids.repeat_interleave(n, dim=0), sampling)
-    first_token_at = time.perf_counter()
-    steps = sampling.max_new_tokens - 1
-    if steps == 0:
-        return first.tolist(), first_token_at, 0.0
-    cache.batch_repeat_interleave(n)
-    plan = to_static(cache, mask.repeat_interleave(n, dim=0).bool(), steps)
-    eos = set(eos_token_ids)
-
-    def finished(out: torch.Tensor) -> bool:
-        for seq in out.tolist():
-            if not eos.intersection(seq) and not (stop_strings and _stop_cut(seq, stop_strings, tokenizer)):
-                return False
-        return True
-
-    def pick(so_far: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
-        return _first_tokens(logits, so_far, sampling)
-
-    step_fn = compiled_step(ids.device.type, backend)
-    out, first_step_s = run_decode(model, plan, first, steps, pick, finished, step_fn)
-    log.info("compiled decode: first step %.2f s (includes compiling on a new shape)", first_step_s)
-    cache.record_static(plan, out.shape[1] - 1)
-    return out.tolist(), first_token_at, first_step_s

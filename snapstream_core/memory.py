@@ -145,26 +145,3 @@ def device_usable_bytes(device) -> int:
 
 
 # ---------------------------------------------------------------------------------------------- a method's geometry
-def query_rows(method, prompt_len: int) -> int:
-    """Post-RoPE query rows (the last ones) the method's selection reads: ``window`` for SnapKV-style methods, none
-    when nothing is selected or the method has no window (StreamingLLM scores by position); a method without a
-    ``window`` knob that is not known to ignore queries gets them all."""
-    from snapstream_core.methods.streaming_llm import StreamingLLM
-
-    if not method.compresses or not method.needs_selection(prompt_len):
-        return 0
-    window = getattr(method, "window", None)
-    if isinstance(window, int):
-        return min(window, prompt_len)
-    return 0 if isinstance(method, StreamingLLM) else prompt_len
-
-
-def compressed_slots(method, prompt_len: int) -> int:
-    """KV slots per KV head a layer allocates when its selection is done (the ring is allocated whole)."""
-    from snapstream_core.methods.streaming_llm import StreamingLLM
-
-    if method.ring is None:
-        return method.footprint(prompt_len, 0)
-    if isinstance(method, StreamingLLM):
-        return min(method.sinks, prompt_len) + method.ring
-    return method.footprint(prompt_len, 0) + method.ring  # SnapStream: the kept prompt (frozen) + the ring

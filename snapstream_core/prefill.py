@@ -37,7 +37,7 @@ from transformers.models.llama.modeling_llama import LlamaModel
 from snapstream_core.api import make_cache
 from snapstream_core.attention import attach
 from snapstream_core.cache import ACTIVE_LAYER, CompressedCache
-from snapstream_core.memory import PREFILL_CHUNK, Arch, prefill_terms, query_rows
+from snapstream_core.memory import PREFILL_CHUNK, Arch, prefill_terms
 from snapstream_core.methods.base import CompressionMethod
 
 log = logging.getLogger(__name__)
@@ -136,8 +136,8 @@ def prefill_peak_bytes(
 
     Args:
         config: the model's text config. prompt_len: T. slots: KV entries per KV head a compressed layer holds after
-            its selection (:func:`compressed_slots`). window: query rows the selection scores with
-            (:func:`query_rows`; 0 without SnapKV scoring). dtype_bytes: bytes per element of the activations and
+            its selection (``method.prefill_slots(T)``). window: query rows the selection scores with
+            (``method.query_rows(T)``; 0 without SnapKV scoring). dtype_bytes: bytes per element of the activations and
             the cache.
     """
     chunk = DEFAULT_CHUNK if chunk_size is None else chunk_size
@@ -184,7 +184,7 @@ def prefill_prompt(
 
     decoder: LlamaModel = model.model
     n_layers = len(cache.layers)
-    staging = _StagingLayer(T, query_rows(method, T))
+    staging = _StagingLayer(T, method.query_rows(T))
     staged = _StagingCache(staging, n_layers)
     hidden = decoder.embed_tokens(ids)  # (1, T, d): the residual stream
     spans = [(s, min(s + chunk, T)) for s in range(0, T, chunk)]

@@ -1,5 +1,6 @@
 """The method matrix the generation tests run on ``tiny_llama`` (every method, budgets that compress 40-300-token
-prompts and rings that wrap within a few new tokens), and the random prompts they feed it."""
+prompts and rings that wrap within a few new tokens, and the ratio variants whose budget follows the prompt), and
+the random prompts they feed it."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ METHODS = [
     ss.SnapKV(prompt_budget=64),
     ss.StreamingLLM(sinks=4, recent=28),
     ss.SnapStream(prompt_budget=64, recent=8),
+    ss.SnapKV(ratio=0.5),
+    ss.SnapStream(ratio=0.5, recent=8),
 ]
-IDS = [m.method for m in METHODS]
+IDS = [m.method + ("-ratio" if getattr(m, "ratio", None) else "") for m in METHODS]
 
 
 def prompts(lengths, seed=0) -> list[list[int]]:

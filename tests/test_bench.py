@@ -135,6 +135,10 @@ def test_run_writes_tables_and_figures(tmp_path):
     assert all(f["matmul_ms"] > 0 for f in comp["methods"].values())
     assert "compiled × matmul" in (tmp_path / "figures.md").read_text()
     assert float(by[("snapstream+compiled", "160", "1")]["kv_full_over_this"]) > 1  # the ring, compiled too
+    batch = list(csv.DictReader((tmp_path / "engine_batch.csv").open()))  # the engine at 8 rows vs 1
+    assert [int(r["rows"]) for r in batch] == [1, 8]
+    assert all(int(r["tokens"]) == 8 * 3 and int(r["prefills"]) == 8 and float(r["tokens_per_s"]) > 0 for r in batch)
+    assert "gen.rows=8" in (tmp_path / "figures.md").read_text()
 
 
 @pytest.mark.parametrize("method", ["none", "snapkv", "streaming_llm", "snapstream"])

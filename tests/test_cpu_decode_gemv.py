@@ -8,7 +8,8 @@ import torch
 
 import snapstream_core as ss
 from bench.cpu_decode.gemv import MAX_ROWS, cpu_decode_backend, rewrite_linears
-from snapstream_core.generate import SamplingConfig, generate
+from snapstream_core.engine import Engine, EngineItem
+from snapstream_core.sampling import SamplingConfig
 
 
 class Block(torch.nn.Module):
@@ -71,12 +72,15 @@ def test_a_decode_with_rewritten_products_gives_the_eager_tokens(tiny_model, met
     torch._dynamo.reset()
     gen = torch.Generator().manual_seed(3)
     ps = [torch.randint(1, 1000, (n,), generator=gen).tolist() for n in (150, 60)]
-    kw = dict(eos_token_ids=[], pad_token_id=0)
-    eager = generate(tiny_model, ps, method, SamplingConfig(max_new_tokens=12), compile=False, **kw)
+    def tokens(**kw):
+        eng = Engine(tiny_model, method, SamplingConfig(max_new_tokens=12), eos=[], rows=4, **kw)
+        return {f.item.tag: f.tokens for ended in eng.run([EngineItem(p, i, (0,), 12, tag=i)
+                                                         for i, p in enumerate(ps)]) for f in ended}
+
+    eager = tokens()
     rec = Recorder()
-    compiled = generate(tiny_model, ps, method, SamplingConfig(max_new_tokens=12), compile=True,
-                        compile_backend=rec, **kw)  # fmt: skip
+    compiled = tokens(compile=True, compile_backend=rec)
     n_layers = tiny_model.config.num_hidden_layers
-    assert rec.rewritten == [7 * n_layers + 1]  # q, k, v, o, gate, up, down per layer + the output head; batch 2
-    assert compiled.tokens == eager.tokens
+    assert rec.rewritten == [7 * n_layers + 1]  # q, k, v, o, gate, up, down per layer + the output head; 4 rows
+    assert compiled == eager
     torch._dynamo.reset()

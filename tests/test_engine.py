@@ -3,14 +3,13 @@ really retire (EOS forced at different steps); independent of the row count, of 
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 import torch
 
 import snapstream_core as ss
 from snapstream_core.engine import Engine, EngineItem, Job, Scheduler, sample_key
 from snapstream_core.engine.noise import _mix, _mix_int, _signed, pick_tokens, uniforms
+from snapstream_core.engine.step import EngineError
 from snapstream_core.generate import generate
 from snapstream_core.prefill import prefill_prompt
 from snapstream_core.sampling import SamplingConfig
@@ -41,8 +40,10 @@ def engine_run(model, method, sampling, ps, samples, *, rows, eos=(), seed=0, fi
 
 def one_at_a_time(model, method, sampling, ids, key, sample_idx, eos, seed=0):
     """The reference: one sample alone, eager, on the compressed cache that prefill_prompt leaves (no slot buffers),
-    drawing from the same per-sample noise."""
+    drawing from the same per-sample noise. Its forwards hold the sample in 4 identical rows, as the engine's CPU
+    forwards hold at least 4 (the CPU matrix kernels give a row other bits at 1-3 rows than at 4 or more)."""
     cache, logits = prefill_prompt(model, torch.tensor([ids]), method)
+    cache.batch_repeat_interleave(4)
     k = torch.tensor([sample_key(seed, key, sample_idx)])
     toks, step = [], 0
     tok = pick_tokens(logits, sampling, k, torch.tensor([0]))
@@ -50,10 +51,10 @@ def one_at_a_time(model, method, sampling, ids, key, sample_idx, eos, seed=0):
         toks.append(int(tok))
         if int(tok) in eos or len(toks) == sampling.max_new_tokens:
             return toks, "stop" if int(tok) in eos else "length"
-        out = model(input_ids=tok[:, None], position_ids=torch.tensor([[len(ids) + step]]), past_key_values=cache,
-                    use_cache=True)
+        out = model(input_ids=tok[:, None].expand(4, 1), position_ids=torch.tensor([[len(ids) + step]] * 4),
+                    past_key_values=cache, use_cache=True)
         step += 1
-        tok = pick_tokens(out.logits[:, -1, :].float(), sampling, k, torch.tensor([step]))
+        tok = pick_tokens(out.logits[:1, -1, :].float(), sampling, k, torch.tensor([step]))
 
 
 def forced_eos(refs: list[list[int]]) -> list[int]:
@@ -69,11 +70,11 @@ def test_scheduler_refills_retired_rows_in_order_and_counts_waste():
     s.add(Job(0, i, 10) for i in range(3))
     s.add([Job(1, 0, 10)])
     assert s.assign() == [(0, Job(0, 0, 10)), (1, Job(0, 1, 10))]
-    assert s.assign() == [] and s.item_still_needed(0)
+    assert s.assign() == [] and s.item_pending(0)
     for _ in range(4):
         s.stepped()
     assert s.retire(1, kept_steps=3) == Job(0, 1, 10)
-    assert s.assign() == [(1, Job(0, 2, 10))] and not s.item_still_needed(0)
+    assert s.assign() == [(1, Job(0, 2, 10))] and not s.item_pending(0)
     s.stepped(rows=1)
     s.retire(0, kept_steps=4)
     s.retire(1, kept_steps=1)
@@ -130,8 +131,8 @@ def test_greedy_tokens_equal_generate_with_rows_retiring(tiny_model, method):
                     pad_token_id=0).tokens[0][0] for p in ps]
     assert len({len(r) for r in ref}) > 1  # samples do end at different steps
     greedy = SamplingConfig(max_new_tokens=NEW)
-    for rows, per_row in ((1, True), (2, True), (3, False)):
-        got, eng = engine_run(tiny_model, method, greedy, ps, [(0, 1)] * 3, rows=rows, eos=eos, per_row=per_row)
+    for rows in (1, 2, 5):
+        got, eng = engine_run(tiny_model, method, greedy, ps, [(0, 1)] * 3, rows=rows, eos=eos)
         assert {k: v[0] for k, v in got.items()} == {(i, s): ref[i] for i in range(3) for s in (0, 1)}, rows
 
 
@@ -144,7 +145,7 @@ def test_sampled_tokens_equal_one_at_a_time_and_every_row_count(tiny_model, meth
     ref = {k: one_at_a_time(tiny_model, method, SAMPLED, ps[k[0]], 100 + k[0], k[1], set(eos)) for k in free}
     assert len({len(t) for t, _ in ref.values()}) > 2
     assert len({tuple(t) for t, _ in ref.values()}) > 6  # samples differ
-    for rows in (1, 3):
+    for rows in (1, 3, 6):
         got, _ = engine_run(tiny_model, method, SAMPLED, ps, [range(3)] * 3, rows=rows, eos=eos)
         assert got == ref, rows
 
@@ -176,19 +177,68 @@ def test_max_new_tokens_one_and_first_token_eos(tiny_model):
     assert got[(1, 0)] == (eos, "stop")
 
 
-def test_a_failed_compile_warns_once_and_gives_the_same_tokens(tiny_model, caplog):
+def test_a_failed_compile_stops_the_run_naming_the_stage_and_the_way_out(tiny_model):
     def broken(gm, inputs):
         raise RuntimeError("no compiler here")
 
     method = ss.StreamingLLM(sinks=4, recent=28)
-    ps = prompts()
-    ref, _ = engine_run(tiny_model, method, SAMPLED, ps, [range(2)] * 3, rows=2)
-    with caplog.at_level(logging.WARNING):
-        got, eng = engine_run(tiny_model, method, SAMPLED, ps, [range(2)] * 3, rows=2, compile=True,
-                              compile_backend=broken, per_row=False)
-    assert got == ref
-    assert not eng.stats.compiled and "no compiler here" in eng.stats.compile_error
-    assert sum("gen.compile" in r.message for r in caplog.records) == 1
+    with pytest.raises(EngineError, match=r"decode step \(compile\).*no compiler here.*gen.compile=false"):
+        engine_run(tiny_model, method, SAMPLED, prompts(), [range(2)] * 3, rows=2, compile=True,
+                   compile_backend=broken)
+
+
+def test_out_of_memory_is_never_swallowed_and_says_what_is_held(tiny_model, monkeypatch):
+    def oom(*args):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    eng = Engine(tiny_model, ss.NoCompression(), SAMPLED, eos=[], rows=2, planned_bytes=3 * 2**30)
+    monkeypatch.setattr(eng.step_fn, "fn", oom)
+    with pytest.raises(EngineError, match=r"decode step \(eager\): out of memory \(decode rows hold .* GiB; "
+                                          r"planned peak 3.00 GiB"):
+        list(eng.run([EngineItem(p, i, (0,), NEW) for i, p in enumerate(prompts())]))
+
+
+def test_one_kv_allocation_per_run_with_prompts_of_growing_length(tiny_model):
+    method = ss.NoCompression()
+    ps = prompts((40, 90, 130, 200))
+    got, eng = engine_run(tiny_model, method, SamplingConfig(max_new_tokens=NEW), ps, [(0, 1)] * 4, rows=2)
+    assert len(got) == 8
+    assert eng.stats.kv_allocations == 1
+    assert eng.cache.slots == method.slots(200, NEW)  # sized once, for the longest prompt
+    assert eng.stats.prefills == 4
+
+
+def test_each_item_is_prefilled_once_when_its_samples_start_together(tiny_model):
+    method = ss.SnapStream(prompt_budget=64, recent=8)
+    _, eng = engine_run(tiny_model, method, SAMPLED, prompts((90,)), [range(6)], rows=6)
+    assert eng.stats.prefills == 1
+    _, eng = engine_run(tiny_model, method, SAMPLED, prompts(), [range(3)] * 3, rows=2)
+    assert eng.stats.prefills == 3 and eng.stats.kv_allocations == 1
+
+
+def test_a_prompt_longer_than_planned_is_refused_in_one_line(tiny_model):
+    eng = Engine(tiny_model, ss.NoCompression(), SAMPLED, eos=[], rows=2)
+    items = [EngineItem(p, i, (0,), NEW) for i, p in enumerate(prompts((40, 90)))]
+    with pytest.raises(EngineError, match="prompt of 90 tokens is longer than the 64"):
+        list(eng.run(items, max_prompt_tokens=64))
+    assert eng.stats.kv_allocations == 1 and eng.stats.prefills == 1  # the first item, never a second buffer
+
+
+def test_a_ratio_method_allocates_the_slots_of_its_prompts(tiny_model):
+    """``snapstream`` with ``ratio`` sized its rows for a 2**40-token prompt (tera-bytes): now its longest prompt."""
+    method = ss.SnapStream(ratio=0.75, recent=8, window=8)
+    _, eng = engine_run(tiny_model, method, SAMPLED, prompts(), [(0,)] * 3, rows=2)
+    assert eng.cache.slots == method.slots(130, NEW) == int(130 * 0.25) + 8
+
+
+def test_appending_rows_read_only_their_filled_blocks(tiny_model):
+    method = ss.NoCompression()
+    greedy = SamplingConfig(max_new_tokens=NEW)
+    got, eng = engine_run(tiny_model, method, greedy, prompts((40, 90, 300)), [(0,)] * 3, rows=1, read_block=16)
+    full, every = engine_run(tiny_model, method, greedy, prompts((40, 90, 300)), [(0,)] * 3, rows=1,
+                             read_block=None)
+    assert got == full
+    assert every.stats.read_share == 1.0 and eng.stats.read_share < 0.7
 
 
 def test_batched_rows_compiled_trace_give_the_greedy_tokens(tiny_model):
@@ -197,7 +247,7 @@ def test_batched_rows_compiled_trace_give_the_greedy_tokens(tiny_model):
     greedy = SamplingConfig(max_new_tokens=NEW)
     ref, _ = engine_run(tiny_model, method, greedy, ps, [(0,)] * 3, rows=1)
     got, eng = engine_run(tiny_model, method, greedy, ps, [(0,)] * 3, rows=2, compile=True, compile_backend="eager",
-                          per_row=False, check_every=4)
+                          check_every=4)
     assert got == ref and eng.stats.compiled
 
 
@@ -227,7 +277,7 @@ def test_engine_with_flex_attention_gives_the_greedy_tokens(tiny_model):
     method = ss.SnapKV(prompt_budget=64)
     greedy = SamplingConfig(max_new_tokens=NEW)
     ref, _ = engine_run(tiny_model, method, greedy, prompts(), [(0,)] * 3, rows=2)
-    got, _ = engine_run(tiny_model, method, greedy, prompts(), [(0,)] * 3, rows=2, per_row=False, attention="flex")
+    got, _ = engine_run(tiny_model, method, greedy, prompts(), [(0,)] * 3, rows=2, attention="flex")
     assert got == ref
 
 
@@ -273,3 +323,43 @@ def test_stop_strings_end_samples_as_generate_does(tiny_model, smollm2):
                      tokenizer=tok) for p in ps]
     assert [got[i] for i in range(3)] == [(r.tokens[0][0], r.finish_reasons[0][0]) for r in ref1]
     assert ref.tokens[1][0] == got[1][0]
+
+
+@pytest.mark.parametrize("cfg", [SamplingConfig(temperature=0.8, top_p=0.9), SamplingConfig(temperature=0.6, top_k=20),
+                                 SamplingConfig(temperature=1.0, top_k=50, top_p=0.95)], ids=["top_p", "top_k", "both"])
+def test_sampling_over_the_survivors_draws_the_whole_vocabulary_tokens(cfg):
+    """The survivors-only noise picks, on random logits (ties included), the token of the whole-vocabulary
+    Gumbel-max with the same noise."""
+    gen = torch.Generator().manual_seed(1)
+    R, V = 64, 5000
+    logits = torch.randn(R, V, generator=gen) * 3
+    logits[:8, 100:110] = logits[:8, 100:101]  # exact ties among the largest
+    logits[:8, 100:110] += 20
+    keys = torch.tensor([sample_key(5, 9, i) for i in range(R)])
+    for step in range(4):
+        steps = torch.full((R,), step)
+        filtered = cfg.warpers()(None, logits)
+        whole = (filtered - torch.log(-torch.log(uniforms(keys, steps, V)))).argmax(-1)
+        assert torch.equal(pick_tokens(logits, cfg, keys, steps), whole)
+
+
+@pytest.mark.parametrize("method", [ss.NoCompression(), ss.SnapStream(prompt_budget=64, recent=8)],
+                         ids=["none", "snapstream"])
+def test_a_rows_logits_are_the_same_bits_in_every_forward_of_4_or_more_rows(tiny_model, method):
+    """The CPU step runs the busy rows as one forward of >= 4 rows: row 0's logits do not depend on how many rows
+    (4 to 8) or which neighbours share it."""
+    from snapstream_core.engine.rows import RowCache
+    from snapstream_core.engine.step import decode_step
+
+    ps = prompts((120, 60, 90, 30, 200, 75, 50, 110))
+    prefixes = [prefill_prompt(tiny_model, torch.tensor([p]), method) for p in ps]
+    S = max(method.slots(len(p), 4) for p in ps)
+    out = {}
+    for M in (4, 5, 8):
+        rows = RowCache.empty(M, S, prefixes[0][0])
+        slots = [(lambda b, o, p, _: b + o % p)(*rows.load(r, prefixes[r][0])) for r in range(M)]
+        toks = torch.tensor([[int(prefixes[r][1].argmax())] for r in range(M)])
+        with torch.no_grad():
+            out[M] = decode_step(tiny_model, rows, toks, torch.tensor([[len(p)] for p in ps[:M]]),
+                                 torch.tensor(slots))[0]
+    assert torch.equal(out[4], out[5]) and torch.equal(out[4], out[8])

@@ -29,6 +29,8 @@ def test_sampled_completions_equal_across_batch_size_rows_and_resume(tmp_path):
                                      tmp_path / name))
     assert len(runs["b1r1"]) == 9 and len({c for c, _ in runs["b1r1"].values()}) > 3
     assert runs["b1r1"] == runs["b3r4"] == runs["b1r2"]
+    decode = json.loads((tmp_path / "b1r2" / "meta.json").read_text())["decode_rows"]
+    assert decode["prefills"] == 3 and decode["kv_allocations"] == 1  # each item once; rows sized once per run
     # a run killed after some samples: keep 4 of its rows, resume with other rows
     resumed = tmp_path / "resumed"
     first = run(compose_cfg([*base, "gen.rows=3", f"hydra.run.dir={resumed}"]), resumed)

@@ -18,10 +18,8 @@ from snapstream_core.memory import (
     Arch,
     budget_bytes,
     card_usable_bytes,
-    compressed_slots,
     job_terms,
     max_rows,
-    query_rows,
 )
 from tests.conftest import tiny_config
 
@@ -51,8 +49,8 @@ def test_job_peak_bounds_the_tracked_engine_peak_within_15_percent(model, method
     assert done == 2 * R
     a = Arch.of(model.config, 4)
     slots = engine.cache.slots  # what the engine allocated per row
-    terms = job_terms(a, 0, R, slots=slots, max_new=G, T=T, prefill_slots=compressed_slots(method, T),
-                      window=query_rows(method, T), chunk=4096)
+    terms = job_terms(a, 0, R, slots=slots, max_new=G, T=T, prefill_slots=method.prefill_slots(T),
+                      window=method.query_rows(T), chunk=4096)
     estimate = sum(terms.values())
     assert mem.peak <= estimate <= 1.15 * mem.peak, (mem.peak, terms)
 

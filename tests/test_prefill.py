@@ -8,7 +8,7 @@ import torch
 from transformers import DynamicCache
 
 import snapstream_core as ss
-from snapstream_core.prefill import DEFAULT_CHUNK, layer_major, prefill_prompt, query_rows
+from snapstream_core.prefill import DEFAULT_CHUNK, layer_major, prefill_prompt
 
 T, NEW = 300, 12
 
@@ -112,11 +112,11 @@ def test_full_cache_tokens_equal_plain_transformers(tiny_model, ids, chunk):
 
 
 def test_query_rows_is_the_window_or_nothing():
-    assert query_rows(METHODS["snapkv"], T) == 8
-    assert query_rows(METHODS["snapkv"], 5) == 0  # within budget: no selection
-    assert query_rows(METHODS["snapstream_within_budget"], T) == 0
-    assert query_rows(METHODS["streaming_llm"], T) == 0  # scores by position
-    assert query_rows(METHODS["none"], T) == 0
+    assert METHODS["snapkv"].query_rows(T) == 8
+    assert METHODS["snapkv"].query_rows(5) == 0  # within budget: no selection
+    assert METHODS["snapstream_within_budget"].query_rows(T) == 0
+    assert METHODS["streaming_llm"].query_rows(T) == 0  # scores by position
+    assert METHODS["none"].query_rows(T) == 0
 
 
 def test_bad_arguments_name_the_knob(tiny_model, ids):

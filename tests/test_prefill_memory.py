@@ -10,7 +10,6 @@ from transformers import LlamaForCausalLM
 import snapstream_core as ss
 from bench.live_bytes import LiveBytes
 from bench.prefill_memory import item_peak
-from snapstream_core.memory import compressed_slots, query_rows
 from snapstream_core.prefill import prefill_peak_bytes, prefill_prompt
 from tests.conftest import tiny_config
 
@@ -61,8 +60,8 @@ def test_documented_peak_matches_tracked_allocations(model, name, T, chunk):
     ids = torch.randint(0, 1000, (1, T), generator=torch.Generator().manual_seed(0))
     with LiveBytes() as mem:
         prefill_prompt(model, ids, method, chunk_size=chunk)
-    estimate = prefill_peak_bytes(model.config, T, compressed_slots(method, T), chunk_size=chunk,
-                                  window=query_rows(method, T))
+    estimate = prefill_peak_bytes(model.config, T, method.prefill_slots(T), chunk_size=chunk,
+                                  window=method.query_rows(T))
     assert 0.85 * mem.peak <= estimate <= 1.15 * mem.peak, (mem.peak, estimate)
 
 
@@ -80,11 +79,11 @@ def test_chunking_bounds_activations_and_no_prompt_logits(model):
     assert peaks[128] < T * model.config.vocab_size * 4
 
 
-def test_compressed_slots():
-    assert compressed_slots(ss.NoCompression(), 300) == 300
-    assert compressed_slots(ss.SnapKV(prompt_budget=64), 300) == 64
-    assert compressed_slots(ss.SnapStream(prompt_budget=64, recent=16), 300) == 80
-    assert compressed_slots(ss.StreamingLLM(sinks=4, recent=60), 300) == 64
+def test_prefill_slots_are_the_methods():
+    assert ss.NoCompression().prefill_slots(300) == 300
+    assert ss.SnapKV(prompt_budget=64).prefill_slots(300) == 64
+    assert ss.SnapStream(prompt_budget=64, recent=16).prefill_slots(300) == 80
+    assert ss.StreamingLLM(sinks=4, recent=60).prefill_slots(300) == 64
 
 
 @pytest.mark.parametrize("name", ["snapstream", "snapkv", "streaming_llm"])

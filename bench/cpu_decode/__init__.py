@@ -1,5 +1,5 @@
 """The benchmark's CPU decode kernels, plugged into the core's compiled decode step through
-:class:`snapstream_core.static_decode.DecodeKernels` (the core itself compiles with stock inductor):
+:class:`snapstream_core.engine.step.DecodeKernels` (the core itself compiles with stock inductor):
 
 - :mod:`bench.cpu_decode.gemv`: a ``torch.compile`` backend that turns each few-row ``linear`` into a fused
   multiply-reduce loop (the BLAS runs one-row products on one thread);
@@ -15,7 +15,7 @@ CPU passes :data:`KERNELS` to every compiled case and packs the model's weights 
 from __future__ import annotations
 
 from bench.cpu_decode import cpu_attention, gemv, memory
-from snapstream_core.static_decode import DecodeKernels
+from snapstream_core.engine.step import DecodeKernels
 
 KERNELS = DecodeKernels(
     name="cpu_decode",

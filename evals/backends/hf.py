@@ -17,10 +17,11 @@ from evals.models import load_model
 from evals.prompts import prompt_record
 from snapstream_core import attach
 from snapstream_core.engine import Engine, EngineItem, Finished, item_key
+from snapstream_core.engine.loop import MIN_CPU_ROWS
+from snapstream_core.engine.step import resolve_compile
 from snapstream_core.generate import generate
 from snapstream_core.methods.base import CompressionMethod
 from snapstream_core.sampling import SamplingConfig
-from snapstream_core.static_decode import resolve_compile
 from tasks.base import Prompt, decode_keeping_think_tags
 
 log = logging.getLogger(__name__)
@@ -89,7 +90,8 @@ class HFBackend:
         self.model_cfg = model_cfg
         self.rows = check_rows(rows)
         self.seed = int(seed)
-        self.decode_counts = {"steps": 0, "row_steps": 0, "used_row_steps": 0, "rows": None}
+        self.decode_counts = {"steps": 0, "row_steps": 0, "used_row_steps": 0, "rows": None, "prefills": 0,
+                              "kv_allocations": 0, "slots_read": 0, "slots_held": 0}
         self.method = method
         self.sampling = sampling
         resolve_compile(compile, "cpu")  # checks the value (gen.compile) before the weights load
@@ -122,11 +124,14 @@ class HFBackend:
 
     def meta(self) -> dict[str, Any]:
         """For ``meta.json``: ``decode_compile`` = the ``gen.compile`` value, whether decode ran compiled, the first
-        step's wall time (the compile time) and a compile failure's message; ``decode_rows``: ``gen.rows``, the
-        rows used, decode steps, row-steps and the share of row-steps spent on rows that held no live sample."""
-        c = self.decode_counts
+        step's wall time (the compile time); ``decode_rows``: ``gen.rows``, the rows used, decode steps, row-steps,
+        the share of row-steps spent on rows that held no live sample, prefills run, K/V row allocations made (one
+        per engine run) and the share of the rows' slots the steps read."""
+        c = dict(self.decode_counts)
         wasted = c["row_steps"] - c["used_row_steps"]
-        rows = {"gen.rows": self.rows, **c, "wasted_share": round(wasted / c["row_steps"], 4) if c["row_steps"] else 0}
+        read, held = c.pop("slots_read"), c.pop("slots_held")
+        rows = {"gen.rows": self.rows, **c, "wasted_share": round(wasted / c["row_steps"], 4) if c["row_steps"] else 0,
+                "read_share": round(read / held, 4) if held else 0}
         return {"decode_compile": {"gen.compile": self.compile, **self.compile_meta}, "decode_rows": rows}
 
     def samples_for(self, item_id: str, n: int) -> list[int]:
@@ -182,16 +187,14 @@ class HFBackend:
             self.model, self.method, sampling, eos=self.eos, rows=rows, seed=self.seed, stop_strings=stop,
             tokenizer=self.tokenizer, compile=resolve_compile(self.compile, self.model.device),
         )
-
-        def items() -> Iterator[EngineItem]:
-            for req in requests:
-                ids = self.encode(req.prompt)
-                self._check_positions(len(ids), sampling.max_new_tokens)
-                key = item_key(str(getattr(req.item, "item_id", "")))
-                yield EngineItem(ids, key, tuple(req.sample_idx), sampling.max_new_tokens, tag=req)
-
+        items = []  # every prompt encoded before decoding: their lengths size the rows once for the whole run
+        for req in requests:
+            ids = self.encode(req.prompt)
+            self._check_positions(len(ids), sampling.max_new_tokens)
+            key = item_key(str(getattr(req.item, "item_id", "")))
+            items.append(EngineItem(ids, key, tuple(req.sample_idx), sampling.max_new_tokens, tag=req))
         try:
-            for ended in engine.run(items()):
+            for ended in engine.run(items):
                 yield [(f.item.tag, self._sample(f, sampling, stop, engine)) for f in ended]
         finally:
             self._record_engine(engine)
@@ -215,13 +218,13 @@ class HFBackend:
         m = self.compile_meta
         m["compiled"] = engine.stats.compiled if "compiled" not in m else (m["compiled"] and engine.stats.compiled)
         m.setdefault("first_step_s", round(engine.stats.first_step_s, 3))
-        if engine.stats.compile_error:
-            m["compile_error"] = engine.stats.compile_error
         steps = self.decode_counts
         steps["steps"] += c.steps
         steps["row_steps"] += c.row_steps
         steps["used_row_steps"] += c.used
         steps["rows"] = engine.rows
+        for name in ("prefills", "kv_allocations", "slots_read", "slots_held"):
+            steps[name] += getattr(engine.stats, name)
 
     def _generate_eager(self, req: Request, settings: tuple) -> list[Sample]:
         """``generate()`` for one request (``positions=in_cache``), the global RNG seeded by (seed, item)."""
@@ -255,10 +258,10 @@ def choose_rows(model, method: CompressionMethod, sampling: SamplingConfig, n_it
 
     The runner resolves ``auto`` on CUDA before the weights load, with the planner (``evals.plan.job.choose_rows``:
     the most rows whose peak fits ``plan.memory_gib``), and passes the integer. This fallback serves the backend
-    built directly (no run config): on CUDA every sample of an item at once, at most 8; on CPU one row (the engine
-    runs rows one by one there, so more rows add memory and no speed)."""
+    built directly (no run config): on CUDA every sample of an item at once, at most 8; on CPU the engine's
+    ``MIN_CPU_ROWS`` (its forwards hold at least that many rows there anyway)."""
     if model.device.type != "cuda":
-        return 1
+        return MIN_CPU_ROWS
     return max(1, min(sampling.n * (n_items or 1), 8))
 
 

@@ -13,14 +13,11 @@ from snapstream_core.memory import (
     PREFILL_CHUNK,
     budget_bytes,
     card_usable_bytes,
-    compressed_slots,
     job_terms,
-    query_rows,
 )
 from snapstream_core.memory import max_rows as model_max_rows
 
 DEFAULT_MEMORY_GIB = 80.0
-HUGE = 2**40  # "unbounded" new tokens: a ring method's largest footprint
 
 
 @dataclass(frozen=True)
@@ -77,13 +74,10 @@ def _method(compression: Mapping[str, Any]):
 
 
 def _geometry(method, T: int, G: int) -> dict[str, int]:
-    """kept, slots, prefill_slots and window of the longest prompt ``T`` with ``G`` new tokens."""
-    kept = method.footprint(T, 0)
-    if method.ring is None:  # appending: the prompt kept plus every new token
-        slots = method.footprint(T, G)
-    else:  # a ring: the method's largest footprint, whatever the prompt (static_decode; a ratio: of this prompt)
-        slots = method.footprint(T if getattr(method, "ratio", None) else HUGE, HUGE)
-    return {"kept": kept, "slots": slots, "prefill_slots": compressed_slots(method, T), "window": query_rows(method, T)}
+    """kept, slots, prefill_slots and window of the longest prompt ``T`` with ``G`` new tokens, as the method gives
+    them (a method owns its geometry)."""
+    return {"kept": method.kept(T), "slots": method.slots(T, G), "prefill_slots": method.prefill_slots(T),
+            "window": method.query_rows(T)}
 
 
 def job_from_config(cfg: Any, max_prompt_tokens: int | None = None) -> Job:

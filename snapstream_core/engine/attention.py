@@ -1,7 +1,7 @@
 """Decode attention over the engine's fixed slots with FlexAttention (CUDA, compiled), instead of SDPA with a
 boolean mask (which leaves SDPA only its memory-efficient kernel).
 
-Plugged in through the static step's attention hook (``static_decode.SLOT_ATTENTION_KWARG``): the G query heads
+Plugged in through the decode step's attention hook (``attention.SLOT_ATTENTION_KWARG``): the G query heads
 that share a KV head, the (B, H_kv, S, D) slots and their (B, H_kv, S) visibility. Invisible slots get a score of
 -inf through a ``score_mod``, so the fused flex-decoding kernel runs over the fixed slots with no mask tensor of
 its own. Outside ``torch.compile`` FlexAttention runs an unfused reference (the CPU tests use it to check the

@@ -1,6 +1,8 @@
 """The decode engine: each item prefilled once, its samples decoded in a fixed set of rows that retire and refill.
 
-``Engine.run(items)`` pulls items lazily from an iterable. For each item it calls
+``Engine.run(items)`` reads the items (their prompt lengths size the rows once, before any prefill: one K/V
+allocation per run, ``CompressionMethod.slots`` of the longest prompt; a caller that plans ahead passes
+``max_prompt_tokens`` instead and a longer prompt is refused in one line). For each item it calls
 :func:`~snapstream_core.prefill.prefill_prompt` once (a compressed batch-1 cache and the last logits) and queues the
 item's samples; a free row copies the item's compressed prefix, draws its first token from the prefill logits, and
 decodes. Every ``check_every`` steps the host reads the rows' ``done`` flags (set on the device: EOS or
@@ -8,18 +10,21 @@ decodes. Every ``check_every`` steps the host reads the rows' ``done`` flags (se
 next pending samples, of the same item or the next one.
 
 Sampling draws from counter-based noise keyed on (``seed``, item key, sample index, step) (:mod:`.noise`), so a
-sample's tokens do not depend on which rows, items or resumes surround it. On CPU the step runs each busy row as its
-own batch-1 forward over its own slots (``per_row``): the CPU matrix kernels give different last bits for different
-batch sizes (measured: row 0 of a (M, 576) x (576, N) float32 product differs between M = 1, 2-3 and 4+), so
-this keeps a sample's logits bit-identical whatever the row count. On CUDA all rows go through one fixed-shape step,
-compiled when ``compile`` is on (a failed compile warns once and continues eager with the same tokens).
+sample's tokens do not depend on which rows, items or resumes surround it.
+
+One decode step (:mod:`.step`) serves every device. Compiled, or on CUDA, it runs all rows at fixed shapes. Eager on
+CPU it runs the rows ``[0, hi)`` that cover the busy ones, at least ``MIN_CPU_ROWS`` of them (the engine holds at
+least that many rows on CPU): the CPU matrix kernels give the same bits to a row for every
+batch of 4 or more rows and other bits for 1 to 3, so a sample's logits do not depend on its neighbours. For the
+appending methods the eager step reads only the first ``read_slots`` slots of every row: the largest filled length
+among the busy rows, rounded up to ``read_block`` slots (docs/engine.md gives the rule and the share it reads).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,13 +33,13 @@ import torch
 from snapstream_core.cache import CompressedCache
 from snapstream_core.engine.attention import resolve_attention
 from snapstream_core.engine.noise import pick_tokens, sample_key
-from snapstream_core.engine.rows import RowCache, row_slots
+from snapstream_core.engine.rows import RowCache
 from snapstream_core.engine.scheduler import Job, Scheduler, StepCounts
-from snapstream_core.generate import _cut, _stop_cut
+from snapstream_core.engine.step import DecodeKernels, EngineError, Step, is_oom, memory_line
+from snapstream_core.generate import cut_at_eos, stop_cut
 from snapstream_core.methods.base import CompressionMethod
 from snapstream_core.prefill import prefill_prompt
 from snapstream_core.sampling import SamplingConfig
-from snapstream_core.static_decode import slot_forward
 
 log = logging.getLogger(__name__)
 
@@ -65,59 +70,26 @@ class Finished:
     decode_s: float
 
 
+MIN_CPU_ROWS = 4  # CPU forwards of at least this many rows give every row the same bits (module docstring)
+
+
 @dataclass
 class EngineStats:
-    """What ``meta.json`` records of a run's decoding."""
+    """What ``meta.json`` records of a run's decoding: step counts, whether the step ran compiled and its first
+    call's wall time (the compile time; 0 when eager), prefills run and K/V row allocations made (one per run),
+    and the share of the rows' slots the steps read (``slots_read / slots_held``)."""
 
     counts: StepCounts = field(default_factory=StepCounts)
-    compiled: bool = False  # first_step_s: the first compiled step's wall time (0 when eager)
-    compile_error: str | None = None
+    compiled: bool = False
     first_step_s: float = 0.0
+    prefills: int = 0
+    kv_allocations: int = 0
+    slots_read: int = 0
+    slots_held: int = 0
 
-
-def decode_step(model, cache: RowCache, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
-                attention: Callable | None = None):
-    """One decode step of fixed shapes: tokens (R, 1) long at positions (R, 1), row r written at slot ``slots[r]``
-    -> next-token logits (R, V) float32. ``attention``: the decode attention hook (None: SDPA)."""
-    cache.write_slot = slots
-    cache.mark_written()
-    return slot_forward(model, cache, tokens, positions, attention)
-
-
-def _one_line(exc: BaseException) -> str:
-    """``Type: first line`` of an exception and of the error inside it (dynamo wraps a backend's error)."""
-    parts = []
-    while exc is not None and len(parts) < 3:
-        text = str(exc).strip().splitlines()
-        parts.append(f"{type(exc).__name__}: {text[0][:200] if text else ''}".rstrip(": "))
-        exc = getattr(exc, "inner_exception", None) or exc.__cause__
-    return " <- ".join(parts)
-
-
-class _Step:
-    """The decode step, compiled when asked, with the decode attention ``attention`` (None: SDPA); a compile or
-    capture failure warns once and continues eager with SDPA (the same tokens)."""
-
-    def __init__(self, compiled: bool, device_type: str, backend: str, attention: Callable | None,
-                 stats: EngineStats):
-        self.stats = stats
-        self.attention = attention
-        self.fn: Callable | None = None
-        if compiled:
-            mode = "reduce-overhead" if device_type == "cuda" and backend == "inductor" else None
-            self.fn = torch.compile(decode_step, backend=backend, mode=mode, fullgraph=True)
-        stats.compiled = compiled
-
-    def __call__(self, *args) -> torch.Tensor:
-        if self.fn is not None:
-            try:
-                return self.fn(*args, self.attention)
-            except Exception as exc:  # noqa: BLE001 - any compile/capture failure: eager gives the same tokens
-                why = _one_line(exc)
-                log.warning("gen.compile: compiling the decode step failed (%s); continuing eager", why)
-                self.stats.compiled, self.stats.compile_error = False, why
-                self.fn = self.attention = None  # FlexAttention unfused is slow: SDPA
-        return decode_step(*args, self.attention)
+    @property
+    def read_share(self) -> float:
+        return self.slots_read / self.slots_held if self.slots_held else 0.0
 
 
 class Engine:
@@ -125,9 +97,12 @@ class Engine:
 
     Args:
         eos: token ids that end a sample; ``stop_strings`` (needs ``tokenizer``) end it too, checked on the host.
-        seed: ``gen.seed``; ``per_row``: run each row as its own batch-1 forward (default: on CPU, eager);
-        ``check_every``: decode steps between host reads of the done flags (default 1 per-row, else 16);
-        ``attention``: ``auto`` (FlexAttention for a compiled step on CUDA, else SDPA), ``flex`` or ``sdpa``.
+        seed: ``gen.seed``; ``check_every``: decode steps between host reads of the done flags (default 1 on CPU,
+        else 16); ``attention``: ``auto`` (FlexAttention for a compiled step on CUDA, else SDPA), ``flex`` or
+        ``sdpa``; ``kernels``: device pieces plugged into the step (:class:`~.step.DecodeKernels`);
+        ``read_block``: the read bound of the appending methods is rounded up to this many slots (None: no bound,
+        every slot is read; default 256 eager, None compiled: one graph shape); ``planned_bytes``: the planner's
+        peak, quoted by an out-of-memory error.
     """
 
     def __init__(
@@ -143,12 +118,16 @@ class Engine:
         tokenizer=None,
         compile: bool = False,
         compile_backend: str = "inductor",
-        per_row: bool | None = None,
         check_every: int | None = None,
         attention: str = "auto",
+        kernels: DecodeKernels | None = None,
+        read_block: int | None | str = "auto",
+        planned_bytes: int | None = None,
     ):
         if method.positions == "in_cache":
             raise ValueError("gen.rows: the engine does not support compression.positions=in_cache")
+        if rows < 1:
+            raise ValueError(f"gen.rows: must be >= 1, got {rows}")
         self.stop_strings = [s for s in stop_strings if s]
         if self.stop_strings and tokenizer is None:
             raise ValueError("Engine: stop_strings needs the tokenizer")
@@ -157,37 +136,44 @@ class Engine:
         self.eos = sorted(set(eos))
         self.eos_t = torch.tensor(self.eos or [-1], dtype=torch.long, device=self.device)
         self.rows, self.seed, self.tokenizer = rows, seed, tokenizer
-        self.per_row = (self.device.type == "cpu" and not compile) if per_row is None else per_row
-        self.check_every = check_every or (1 if self.per_row else 16)
+        self.cpu = self.device.type == "cpu"
+        self.held_rows = max(rows, MIN_CPU_ROWS) if self.cpu else rows  # rows of K/V the engine allocates
+        self.check_every = check_every or (1 if self.cpu else 16)
+        self.read_block = (None if compile else 256) if read_block == "auto" else read_block
+        self.kernels, self.planned_bytes = kernels, planned_bytes
         self.stats = EngineStats()
         kernel = resolve_attention(attention, self.device.type, compile)
-        self.step_fn = _Step(compile, self.device.type, compile_backend, kernel, self.stats)
+        self.step_fn = Step(compile, self.device.type, compile_backend, kernel, kernels)
+        self.stats.compiled = compile
         self.cache: RowCache | None = None
 
     # ------------------------------------------------------------------ per-row state
     def _alloc(self, prefix: CompressedCache, slots: int, width: int) -> None:
-        """Row buffers and counters, (re)made when a sample needs more slots or tokens than they hold."""
-        R, dev = self.rows, self.device
-        if self.cache is None:
-            self.cache = RowCache.empty(R, slots, prefix)
-            z = torch.zeros(R, dtype=torch.long, device=dev)
-            self.base, self.offset, self.period = z.clone(), z.clone(), torch.ones_like(z)
-            self.pos0, self.step, self.keys, self.max_new = z.clone(), z.clone(), z.clone(), z.clone()
-            self.tok = z.clone()
-            self.done = torch.ones(R, dtype=torch.bool, device=dev)
-            self.out = torch.zeros(R, width + 1, dtype=torch.long, device=dev)  # last column: writes of done rows
-        elif slots > self.cache.slots:
-            self.cache = self.cache.grown(max(slots, self.cache.slots * 5 // 4))
-        if width + 1 > self.out.shape[1]:
-            wider = self.out.new_zeros(R, width + 1)
-            wider[:, : self.out.shape[1] - 1] = self.out[:, :-1]
-            self.out = wider
+        """The rows' K/V buffers and counters: allocated once per run, at the first prefix (its head count, dtype
+        and device), with the run's ``slots`` and token ``width``."""
+        R, dev = self.held_rows, self.device
+        try:
+            self.cache = RowCache.empty(R, slots, prefix, None if self.kernels is None else self.kernels.zeros)
+        except Exception as exc:
+            if is_oom(exc):
+                raise self._oom("allocating the decode rows", exc) from exc
+            raise
+        self.stats.kv_allocations += 1
+        z = torch.zeros(R, dtype=torch.long, device=dev)
+        self.base, self.offset, self.period = z.clone(), z.clone(), torch.ones_like(z)
+        self.pos0, self.step, self.keys, self.max_new = z.clone(), z.clone(), z.clone(), z.clone()
+        self.tok = z.clone()
+        self.done = torch.ones(R, dtype=torch.bool, device=dev)
+        self.out = torch.zeros(R, width + 1, dtype=torch.long, device=dev)  # last column: writes of done rows
+
+    def _oom(self, stage: str, exc: BaseException) -> EngineError:
+        held = 0 if self.cache is None else self.cache.nbytes_per_row() * self.cache.rows
+        return EngineError(f"{stage}: out of memory ({memory_line(self.device, held, self.planned_bytes)}); "
+                           "lower gen.rows or plan.memory_gib")
 
     def _start(self, row: int, job: Job, item: EngineItem, prefix: CompressedCache, logits: torch.Tensor) -> None:
         """Put sample ``job`` in ``row``: copy the prefix, draw the first token (noise step 0)."""
-        slots = row_slots(prefix, job.max_new_tokens)
-        self._alloc(prefix, slots, job.max_new_tokens)
-        base, offset, period, _ = self.cache.load(row, prefix)
+        base, offset, period, held = self.cache.load(row, prefix)
         key = sample_key(self.seed, item.key, job.sample_idx)
         for t, v in ((self.base, base), (self.offset, offset), (self.period, period), (self.pos0, len(item.ids)),
                      (self.step, 0), (self.keys, key), (self.max_new, job.max_new_tokens)):
@@ -196,35 +182,56 @@ class Engine:
         self.tok[row] = first[0]
         self.out[row, 0] = first[0]
         self.done[row] = torch.isin(first, self.eos_t)[0] | (job.max_new_tokens <= 1)
-        self._row_slots[row] = slots
+        self._host_fill[row] = (held, 0, period < self.cache.slots)  # slots filled, steps run, a ring
         self._row_start[row] = time.perf_counter()
 
     # ------------------------------------------------------------------ one step
-    def _decode(self, busy: list[int]) -> None:
-        """One decode step of every row (or, per-row, of each busy row)."""
+    def _read_slots(self, busy: list[int]) -> int:
+        """Slots the step reads: every slot, or for the appending methods the largest filled length among the busy
+        rows after this step's write, rounded up to ``read_block`` (host counters: no synchronisation). Rows that
+        hold no sample write at the bound's last slot of their own row."""
         S = self.cache.slots
-        slots = (self.base + (self.offset + self.step) % self.period).clamp(max=S - 1)
+        if self.read_block is None:
+            return S
+        need = 1
+        for r in busy:
+            held, steps, ring = self._host_fill[r]
+            if ring:
+                return S
+            need = max(need, held + steps + 1)
+        return min(S, -(-need // self.read_block) * self.read_block)
+
+    def _decode(self, busy: list[int]) -> None:
+        """One decode step of the rows (on CPU: of rows ``[0, hi)``, ``hi >= MIN_CPU_ROWS``, covering ``busy``)."""
+        R, S = self.held_rows, self.cache.slots
+        hi = R  # compiled or CUDA: every row, one shape
+        if self.cpu and not self.stats.compiled:
+            hi = min(R, max(MIN_CPU_ROWS, max(busy, default=0) + 1))
+        n = self._read_slots(busy)
+        slots = (self.base + (self.offset + self.step) % self.period).clamp(max=n - 1)
         positions = (self.pos0 + self.step)[:, None]
+        cache = self.cache.view(hi, n)
         start = time.perf_counter()
-        if self.per_row:
-            logits = None
-            for r in busy:
-                n = self._row_slots[r]
-                lr = self.step_fn(self.model, self.cache.view(r, n), self.tok[r : r + 1, None],
-                                  positions[r : r + 1], slots[r : r + 1].clamp(max=n - 1))
-                if logits is None:
-                    logits = lr.new_zeros(self.rows, lr.shape[-1])
-                logits[r] = lr[0]
-            self._sched.stepped(len(busy))
-        else:
-            logits = self.step_fn(self.model, self.cache, self.tok[:, None], positions, slots)
-            self._sched.stepped()
+        try:
+            logits = self.step_fn(self.model, cache, self.tok[:hi, None], positions[:hi], slots[:hi])
+        except Exception as exc:
+            if is_oom(exc):
+                raise self._oom(self.step_fn.stage(), exc) from exc
+            raise
+        self._sched.stepped(hi)
+        self.stats.slots_read += hi * n
+        self.stats.slots_held += hi * S
         if self._sched.counts.steps == 1 and self.stats.compiled:  # the compile time
             if self.device.type == "cuda":
                 torch.cuda.synchronize()
             self.stats.first_step_s = time.perf_counter() - start
+        for r in busy:
+            held, steps, ring = self._host_fill[r]
+            self._host_fill[r] = (held, steps + 1, ring)
         self.step += 1
-        new = pick_tokens(logits, self.sampling, self.keys, self.step)
+        new = pick_tokens(logits, self.sampling, self.keys[:hi], self.step[:hi])
+        if hi < R:  # rows [hi, R) hold no sample: their token is never read
+            new = torch.cat([new, self.tok[hi:]])
         width = self.out.shape[1] - 1
         where = torch.where(self.done, width, self.step.clamp(max=width))
         self.out.scatter_(1, where[:, None], new[:, None])
@@ -254,8 +261,8 @@ class Engine:
             seq = seqs[row][: min(steps[row] + 1, job.max_new_tokens)]
             if not done[row] and not self._stop_hit(seq):
                 continue
-            cut, reason = _cut(seq, set(self.eos), job.max_new_tokens)
-            at = _stop_cut(cut, self.stop_strings, self.tokenizer) if self.stop_strings else None
+            cut, reason = cut_at_eos(seq, set(self.eos), job.max_new_tokens)
+            at = stop_cut(cut, self.stop_strings, self.tokenizer) if self.stop_strings else None
             if at is not None:
                 cut, reason = cut[:at], "stop"
             elif not done[row]:
@@ -265,26 +272,51 @@ class Engine:
             item = items[job.item]
             finished.append(Finished(
                 item=item, sample_idx=job.sample_idx, tokens=cut, finish_reason=reason,
-                kv=self._kv_figures(kv[job.item], row, len(cut)),
+                kv=self._kv_figures(kv[job.item], item, job, len(cut)),
                 prefill_s=prefill_s[job.item], decode_s=time.perf_counter() - self._row_start[row],
             ))
         return finished
 
-    def _kv_figures(self, prefix_kv: dict[str, int], row: int, n_tokens: int) -> dict[str, int]:
-        """The prefix cache's figures, with the decode row's: its slots (bytes, preallocated as the static path
-        does) and the tokens it held at the end."""
+    def _kv_figures(self, prefix_kv: dict[str, int], item: EngineItem, job: Job, n_tokens: int) -> dict[str, int]:
+        """The prefix cache's figures, with the sample's own decode row (the method's slots for its prompt, as
+        if it decoded alone: a sample's figures do not depend on its neighbours) and the tokens it held."""
         per_slot = self.cache.nbytes_per_row() // self.cache.slots
-        layer = self._prefix_layout[row]
-        held = layer[0] + n_tokens - 1 if layer[1] is None else min(layer[0] + n_tokens - 1, layer[1])
-        row_bytes = per_slot * self._row_slots[row]
+        T = len(item.ids)
+        held = self.method.tokens_held(T, n_tokens - 1)
+        row_bytes = per_slot * self.method.slots(T, job.max_new_tokens)
         return {**prefix_kv, "kv_tokens_peak": max(prefix_kv["kv_tokens_peak"], held),
                 "kv_bytes_peak": max(prefix_kv["kv_bytes_peak"], row_bytes), "kv_bytes_final": row_bytes}
 
+    def _prefill(self, item: EngineItem) -> tuple[CompressedCache, torch.Tensor]:
+        ids = torch.tensor([list(item.ids)], dtype=torch.long, device=self.device)
+        try:
+            out = prefill_prompt(self.model, ids, self.method)
+        except Exception as exc:
+            if is_oom(exc):
+                raise self._oom(f"prefill of a {len(item.ids)}-token prompt", exc) from exc
+            raise
+        self.stats.prefills += 1
+        return out
+
+    def plan_slots(self, items: Sequence[EngineItem], max_prompt_tokens: int | None = None) -> tuple[int, int]:
+        """(slots, width) of the run's rows: the method's slots of the longest prompt (``max_prompt_tokens`` when
+        the caller planned it, else that of ``items``) at the largest ``max_new_tokens``."""
+        width = max((it.max_new_tokens for it in items), default=self.sampling.max_new_tokens)
+        if max_prompt_tokens is None:
+            max_prompt_tokens = max((len(it.ids) for it in items), default=1)
+        return self.method.slots(max_prompt_tokens, width), width
+
     # ------------------------------------------------------------------ the loop
     @torch.no_grad()
-    def run(self, items: Iterable[EngineItem]) -> Iterator[list[Finished]]:
-        """Decode every sample of ``items`` (pulled lazily, in order); yields the samples that ended, a list per host
-        read, in the order they ended."""
+    def run(self, items: Iterable[EngineItem], *, max_prompt_tokens: int | None = None) -> Iterator[list[Finished]]:
+        """Decode every sample of ``items``; yields the samples that ended, a list per host read, in the order they
+        ended. Without ``max_prompt_tokens`` the items are read first (their lengths size the rows); with it they
+        are pulled lazily and a longer prompt stops the run with one line."""
+        if max_prompt_tokens is None:
+            items = list(items)
+            slots, width = self.plan_slots(items)
+        else:
+            slots, width = self.plan_slots([], max_prompt_tokens)
         source = iter(items)
         sched = Scheduler(self.rows)
         sched.counts = self.stats.counts
@@ -293,14 +325,19 @@ class Engine:
         prefixes: dict[int, tuple[CompressedCache, torch.Tensor]] = {}
         prefill_s: dict[int, float] = {}
         kv: dict[int, dict[str, int]] = {}
-        self._row_slots = [0] * self.rows
-        self._row_start = [0.0] * self.rows
-        self._prefix_layout: list[tuple[int, int | None]] = [(0, None)] * self.rows
+        self._host_fill: list[tuple[int, int, bool]] = [(0, 0, False)] * self.held_rows
+        self._row_start = [0.0] * self.held_rows
 
         def pull() -> bool:
             item = next(source, None)
             if item is None:
                 return False
+            if max_prompt_tokens is not None and len(item.ids) > max_prompt_tokens:
+                raise EngineError(f"engine: a prompt of {len(item.ids)} tokens is longer than the "
+                                  f"{max_prompt_tokens} the rows were planned for (max_prompt_tokens)")
+            if item.max_new_tokens > width:
+                raise EngineError(f"engine: max_new_tokens={item.max_new_tokens} is more than the {width} the "
+                                  "rows were planned for")
             seen.append(item)
             sched.add(Job(len(seen) - 1, s, item.max_new_tokens) for s in item.sample_idx)
             return True
@@ -313,18 +350,16 @@ class Engine:
                 for row, job in sched.assign():
                     if job.item not in prefixes:
                         start = time.perf_counter()
-                        ids = torch.tensor([list(seen[job.item].ids)], dtype=torch.long, device=self.device)
-                        prefixes[job.item] = prefill_prompt(self.model, ids, self.method)
+                        prefixes[job.item] = self._prefill(seen[job.item])
                         prefill_s[job.item] = time.perf_counter() - start
                         kv[job.item] = prefixes[job.item][0].stats.as_row()
+                        if self.cache is None:
+                            self._alloc(prefixes[job.item][0], slots, width)
                     prefix, logits = prefixes[job.item]
                     self._start(row, job, seen[job.item], prefix, logits)
                     started = True
-                    first = prefix.layers[0]
-                    held = first.keys.shape[-2] if first.ring is None else first._slots_now()
-                    self._prefix_layout[row] = (held, None if first.ring is None else first.n_frozen + first.ring)
-                    if not sched.item_still_needed(job.item):
-                        del prefixes[job.item]  # its rows hold copies; the batch-1 cache is freed
+                for item in [i for i in prefixes if not sched.item_pending(i)]:
+                    del prefixes[item]  # its rows hold copies; the batch-1 cache is freed
             if sched.done:
                 return
             if started:  # samples that end at their first token free their rows before any step

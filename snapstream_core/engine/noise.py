@@ -63,9 +63,15 @@ def sample_key(seed: int, item: int, sample_idx: int) -> int:
 def uniforms(keys: torch.Tensor, steps: torch.Tensor, vocab: int) -> torch.Tensor:
     """keys (R,) int64, steps (R,) int64 -> (R, vocab) float32 uniforms in (0, 1), a pure function of each row's
     (key, step) and the vocabulary index."""
-    row = _mix(keys + (steps + 1) * _signed(_GOLDEN))  # (R,)
     v = torch.arange(vocab, device=keys.device, dtype=torch.int64)
-    bits = _shr(_mix(row[:, None] ^ (v * _signed(_M1) + _signed(_GOLDEN))), 40)  # 24 random bits
+    return uniforms_at(keys, steps, v[None, :])
+
+
+def uniforms_at(keys: torch.Tensor, steps: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """The uniforms of :func:`uniforms` at the vocabulary entries ``index`` (R, C) int64 only -> (R, C) float32
+    (element for element the same numbers)."""
+    row = _mix(keys + (steps + 1) * _signed(_GOLDEN))  # (R,)
+    bits = _shr(_mix(row[:, None] ^ (index * _signed(_M1) + _signed(_GOLDEN))), 40)  # 24 random bits
     return (bits.to(torch.float32) + 0.5) * (1.0 / (1 << 24))
 
 
@@ -73,9 +79,22 @@ def pick_tokens(
     logits: torch.Tensor, sampling: SamplingConfig, keys: torch.Tensor, steps: torch.Tensor
 ) -> torch.Tensor:
     """Next tokens (R,) long from logits (R, V) float32: greedy (argmax) at temperature 0, else Gumbel-max over the
-    temperature/top-k/top-p filtered logits with each row's noise at its own step."""
+    temperature/top-k/top-p filtered logits with each row's noise at its own step.
+
+    With a top-k or top-p filter the noise is computed for the survivors only: the ``C`` largest filtered entries
+    of every row, ``C`` the most survivors of any row (one host read), hold every survivor, and the winner is the
+    lowest vocabulary index among the candidates of the largest noisy score, as ``argmax`` over the whole
+    vocabulary picks it. The draws are those of the whole-vocabulary computation, bit for bit."""
     if not sampling.do_sample:
         return logits.argmax(-1)
     filtered = sampling.warpers()(None, logits)  # temperature, then top-k / top-p as -inf (rows independent)
-    u = uniforms(keys, steps, logits.shape[-1])
+    V = logits.shape[-1]
+    if sampling.top_k or sampling.top_p < 1.0:
+        C = int((filtered > float("-inf")).sum(-1).max())
+        if C < V:
+            values, index = filtered.topk(max(C, 1), dim=-1)  # (R, C): every survivor of every row
+            scores = values - torch.log(-torch.log(uniforms_at(keys, steps, index)))
+            best = scores.max(-1, keepdim=True).values
+            return torch.where(scores == best, index, V).min(-1).values
+    u = uniforms(keys, steps, V)
     return (filtered - torch.log(-torch.log(u))).argmax(-1)

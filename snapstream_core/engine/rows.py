@@ -6,28 +6,58 @@ the tokens it decodes. Its step ``t`` (the t-th token fed back) is written at sl
 (``none``, ``snapkv``), ``base = n_frozen, offset = filled, period = ring`` for the ring methods; its position is
 ``pos0[r] + t``. All of it lives in (rows,) tensors on the device, so one decode step has fixed shapes whatever the
 rows hold and needs no host synchronisation.
+
+The buffers are allocated once per run, for the largest row the run needs (``CompressionMethod.slots`` of its
+longest prompt): a prompt whose row would not fit is refused before it is prefilled.
 """
 
 from __future__ import annotations
 
 import torch
-from transformers.cache_utils import Cache
+from transformers.cache_utils import Cache, CacheLayerMixin
 
 from snapstream_core.cache import CompressedCache
-from snapstream_core.static_decode import _SlotLayer
 
 _NO_WRAP = 1 << 62  # period of the appending methods: never wraps
 
 
+class SlotLayer(CacheLayerMixin):
+    """Fixed K/V storage (R, H_kv, S, D) of one layer; written only by :meth:`RowCache.update`."""
+
+    is_compileable = True
+    is_sliding = False
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor):
+        super().__init__()
+        self.keys, self.values = keys, values
+        self.dtype, self.device = keys.dtype, keys.device
+        self.is_initialized = True
+
+    def lazy_initialization(self, key_states, value_states) -> None:  # storage is given at construction
+        pass
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        raise RuntimeError("snapstream_core: SlotLayer is written through RowCache.update")
+
+    def get_seq_length(self) -> int:
+        return self.keys.shape[-2]
+
+    def get_max_length(self) -> int:
+        return self.keys.shape[-2]
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.keys.shape[-2], 0
+
+
 class RowCache(Cache):
     """Per layer (R, H_kv, S, D) K/V; ``visible`` (L, R, H_kv, S) bool slot mask; ``write_slot`` (R,) long, the slot
-    each row writes this step. ``view(r, n)`` is the same storage restricted to row ``r`` and its first ``n`` slots
-    (a batch-1 cache of the same class, sharing memory)."""
+    each row writes this step. ``view(hi, n)`` is the same storage restricted to rows ``[0, hi)`` and their first
+    ``n`` slots (a cache of the same class, sharing memory)."""
 
     is_compileable = True
 
     def __init__(self, keys: list[torch.Tensor], values: list[torch.Tensor], visible: torch.Tensor):
-        super().__init__(layers=[_SlotLayer(k, v) for k, v in zip(keys, values)])
+        super().__init__(layers=[SlotLayer(k, v) for k, v in zip(keys, values)])
         self.keys, self.values, self.visible = keys, values, visible
         self.write_slot: torch.Tensor | None = None
         if visible.is_cuda and visible._base is None:  # the buffers themselves, not a row's view
@@ -35,13 +65,19 @@ class RowCache(Cache):
                 torch._dynamo.mark_static_address(t)  # mutated in place by the graph: CUDA graphs keep the address
 
     @classmethod
-    def empty(cls, rows: int, slots: int, like: CompressedCache) -> RowCache:
-        """Zeroed buffers of ``rows`` x ``slots``, head count, head dim, dtype and device as ``like``."""
-        keys, values = [], []
+    def empty(cls, rows: int, slots: int, like: CompressedCache, zeros=None) -> RowCache:
+        """Zeroed buffers of ``rows`` x ``slots``, head count, head dim, dtype and device as ``like``; on the CPU
+        from ``zeros(shapes, dtype)`` when given (``DecodeKernels.zeros``)."""
+        shapes = []
         for layer in like.layers:
             _, H, _, D = layer.keys.shape
-            keys.append(layer.keys.new_zeros(rows, H, slots, D))
-            values.append(layer.values.new_zeros(rows, H, slots, D))
+            shapes += [(rows, H, slots, D)] * 2
+        first = like.layers[0].keys
+        if zeros is not None and first.device.type == "cpu":
+            storage = zeros(shapes, first.dtype)
+        else:
+            storage = [first.new_zeros(shape) for shape in shapes]
+        keys, values = storage[0::2], storage[1::2]
         visible = torch.zeros(len(keys), rows, keys[0].shape[1], slots, dtype=torch.bool, device=keys[0].device)
         return cls(keys, values, visible)
 
@@ -53,27 +89,12 @@ class RowCache(Cache):
     def slots(self) -> int:
         return self.visible.shape[-1]
 
-    def grown(self, slots: int) -> RowCache:
-        """A copy with ``slots`` slots per row (more than now), the rows' contents kept."""
-        out = RowCache(
-            [k.new_zeros(*k.shape[:2], slots, k.shape[-1]) for k in self.keys],
-            [v.new_zeros(*v.shape[:2], slots, v.shape[-1]) for v in self.values],
-            self.visible.new_zeros(*self.visible.shape[:3], slots),
-        )
-        S = self.slots
-        for src, dst in zip((*self.keys, *self.values), (*out.keys, *out.values)):
-            dst[:, :, :S] = src
-        out.visible[..., :S] = self.visible
-        return out
-
-    def view(self, row: int, slots: int) -> RowCache:
-        """Row ``row`` over its first ``slots`` slots, sharing storage (writes go to this cache)."""
-        view = RowCache(
-            [k[row : row + 1, :, :slots] for k in self.keys],
-            [v[row : row + 1, :, :slots] for v in self.values],
-            self.visible[:, row : row + 1, :, :slots],
-        )
-        return view
+    def view(self, hi: int, slots: int) -> RowCache:
+        """Rows ``[0, hi)`` over their first ``slots`` slots, sharing storage (writes go to this cache)."""
+        if hi == self.rows and slots == self.slots:
+            return self
+        return RowCache([k[:hi, :, :slots] for k in self.keys], [v[:hi, :, :slots] for v in self.values],
+                        self.visible[:, :hi, :, :slots])
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
         """Write (R, H_kv, 1, D) at each row's ``write_slot``; return the whole (R, H_kv, S, D) storage."""
@@ -102,7 +123,7 @@ class RowCache(Cache):
                 n = layer.keys.shape[-2]
                 sched = (n, 0, _NO_WRAP, n)
             else:
-                n = layer._slots_now()
+                n = layer.tokens_held()
                 sched = (layer.n_frozen, layer.filled, layer.ring, n)
             if schedule is None:
                 schedule = sched
@@ -118,18 +139,3 @@ class RowCache(Cache):
 
     def nbytes_per_row(self) -> int:
         return sum(t[0].numel() * t.element_size() for t in (*self.keys, *self.values))
-
-
-def prefix_slots(prefix: CompressedCache) -> int:
-    """Slots the batch-1 compressed ``prefix`` fills (its first layer; all layers agree)."""
-    layer = prefix.layers[0]
-    return layer.keys.shape[-2] if layer.ring is None else layer._slots_now()
-
-
-def row_slots(prefix: CompressedCache, max_new_tokens: int) -> int:
-    """Slots one sample of this prefix needs: its prefix and the ``max_new_tokens - 1`` tokens fed back (appending
-    methods), or the method's fixed footprint (ring methods: the same for every prompt)."""
-    layer = prefix.layers[0]
-    if layer.ring is None:
-        return layer.keys.shape[-2] + max_new_tokens - 1
-    return max(layer.n_frozen + layer.ring, prefix.method.footprint(2**40, 2**40))

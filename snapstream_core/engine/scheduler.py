@@ -89,8 +89,9 @@ class Scheduler:
         self.counts.steps += 1
         self.counts.row_steps += self.rows if rows is None else rows
 
-    def item_still_needed(self, item: int) -> bool:
-        """Whether a pending job still needs item ``item``'s prefix."""
+    def item_pending(self, item: int) -> bool:
+        """Whether a pending job (not yet in a row) still needs item ``item``'s prefix: asked after every row has
+        taken its job, so that samples of one item starting together share one prefill."""
         return any(job.item == item for job in self.pending)
 
     @property

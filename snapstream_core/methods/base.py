@@ -82,6 +82,42 @@ class CompressionMethod:
         """KV entries held per layer and KV head at the end of generation (the bound tests and rows check)."""
         raise NotImplementedError
 
+    # ------------------------------------------------------------------ geometry (the one place it is computed)
+    def tokens_held(self, prompt_len: int, steps: int) -> int:
+        """KV entries held per layer and KV head after the prefill of ``prompt_len`` tokens and ``steps`` decoded
+        tokens written (``footprint`` at ``steps = max_new_tokens``)."""
+        return self.footprint(prompt_len, steps)
+
+    def kept(self, prompt_len: int) -> int:
+        """Prompt tokens a layer keeps after its prefill selection."""
+        return self.tokens_held(prompt_len, 0)
+
+    def frozen(self, prompt_len: int) -> int:
+        """Slots of the frozen prefix after prefill: the kept prompt (appending methods); ring methods keep the
+        ring's share of the prompt apart and override this."""
+        return self.kept(prompt_len)
+
+    def prefill_slots(self, prompt_len: int) -> int:
+        """KV slots per KV head a layer allocates when its selection is done (a ring is allocated whole)."""
+        if self.ring is None:
+            return self.kept(prompt_len)
+        return self.frozen(prompt_len) + self.ring
+
+    def slots(self, prompt_len: int, max_new_tokens: int) -> int:
+        """KV slots per KV head of one decode row for a prompt of ``prompt_len`` tokens and ``max_new_tokens``: the
+        kept prompt and the ``max_new_tokens - 1`` tokens fed back (appending methods; the last token is never fed
+        back), or the prefix and the ring (ring methods, whatever ``max_new_tokens``)."""
+        if self.ring is None:
+            return self.kept(prompt_len) + max(max_new_tokens - 1, 0)
+        return self.prefill_slots(prompt_len)
+
+    def query_rows(self, prompt_len: int) -> int:
+        """Post-RoPE query rows (the last ones) the prefill selection reads: none when nothing is selected; every
+        row by default (a method that reads fewer says so)."""
+        if not self.compresses or not self.needs_selection(prompt_len):
+            return 0
+        return prompt_len
+
     def keeps_all(self, prompt_len: int, new_tokens: int) -> bool:
         """Whether the method provably keeps every one of ``prompt_len + new_tokens`` tokens on the engine path, so
         its tokens equal the full cache's (docs/architecture.md, contract 1): the footprint holds them all and

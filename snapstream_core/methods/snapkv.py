@@ -101,6 +101,10 @@ class SnapKV(CompressionMethod):
     def needs_selection(self, prompt_len: int) -> bool:
         return self.budget(prompt_len) < prompt_len
 
+    def query_rows(self, prompt_len: int) -> int:
+        """The observation window (none when the prompt fits the budget)."""
+        return min(self.window, prompt_len) if self.needs_selection(prompt_len) else 0
+
     def select(self, view: PrefillView) -> Selection:
         n_keep = self.budget(view.keys.shape[2])
         return Selection(self.priorities(view), n_keep=n_keep, n_frozen=n_keep)

@@ -44,5 +44,9 @@ class SnapStream(SnapKV):
     def footprint(self, prompt_len: int, new_tokens: int) -> int:
         return self.budget(prompt_len) + min(new_tokens, self.recent)
 
+    def frozen(self, prompt_len: int) -> int:
+        """The kept prompt is frozen whole; the ring starts empty."""
+        return self.budget(prompt_len)
+
     def select(self, view: PrefillView) -> Selection:
         return SnapKV.select(self, view)

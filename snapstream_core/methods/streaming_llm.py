@@ -69,6 +69,14 @@ class StreamingLLM(CompressionMethod):
     def needs_selection(self, prompt_len: int) -> bool:
         return True  # the split between sinks and ring is needed even when nothing is dropped
 
+    def frozen(self, prompt_len: int) -> int:
+        """The sinks; the rest of the kept prompt seeds the ring."""
+        return min(self.sinks, prompt_len)
+
+    def query_rows(self, prompt_len: int) -> int:
+        """None: StreamingLLM scores by position."""
+        return 0
+
     def select(self, view: PrefillView) -> Selection:
         T = view.keys.shape[2]
         n_keep = min(T, self.sinks + self.recent)
