@@ -41,7 +41,7 @@ def test_the_tiny_dry_run_covers_every_stage_on_the_engine(tmp_path):
     decode = [s for s in stages if s["name"] != "prefill_120k"]
     assert all(s["ms_per_step"] > 0 and s["floor_ms"] > 0 for s in decode)
     full = stages[1]
-    assert full["prompt"] + full["steps"] == 64 + 512  # rows as full as the planned job's slots
+    assert full["prompt"] + full["steps"] == 64 + 512 - 1  # rows as full as the job's slots (the last token: no slot)
     assert result["equal_memory"]["ratio"] > 0
     assert "| snapstream_decode | engine | False | 3 (60) |" in (tmp_path / "gpu_check.md").read_text()
 

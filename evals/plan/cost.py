@@ -59,9 +59,9 @@ def mean_prompt_tokens(job: Job) -> float:
 
 def read_slots(job: Job, device: Device = H100) -> float:
     """KV slots one row reads per step, on average over the job's time."""
-    if device.reads_all_slots or job.slots < job.kept + job.max_new_tokens:  # a ring is always full soon
-        return job.slots
     method = _method(dict(job.knobs))
+    if device.reads_all_slots or method.ring is not None:  # a ring is always full soon
+        return job.slots
     kept = sum(share * method.footprint(t, 0) for share, t in job.prompt_groups)
     mean_new = job.gen_fraction * job.max_new_tokens
     fill = kept + min(job.max_new_tokens, mean_new * (1 + GEN_LENGTH_CV2) / 2)
