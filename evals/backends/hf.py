@@ -235,7 +235,7 @@ class HFBackend:
         torch.manual_seed(legacy_seed(self.seed, str(getattr(req.item, "item_id", ""))))
         start = time.perf_counter()
         out = generate(self.model, [ids], self.method, sampling, eos_token_ids=self.eos, pad_token_id=self.pad,
-                       stop_strings=stop, tokenizer=self.tokenizer, compile=False)
+                       stop_strings=stop, tokenizer=self.tokenizer)
         self.compile_meta.setdefault("compiled", False)
         per_row = (time.perf_counter() - start) / len(req.sample_idx)
         measured = {"prefill_s": out.prefill_s, "decode_s": out.decode_s,

@@ -107,11 +107,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {unknown[0]}: not an option of evals.search (only -m/--multirun, then key=value overrides)",
               file=sys.stderr)
         return 2
+    ours = not logging.getLogger().handlers  # a command line; else (a test, an embedding program) theirs to keep
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     from evals.cli import CONF, UserError
     from evals.logonce import install
 
-    install()
+    if ours:
+        install()  # every warning once, on the handler just made (never on a caller's handlers)
     try:
         opts, rest = split_args(argv)
         combos = _combos(rest, opts)
