@@ -144,7 +144,7 @@ def test_the_kernel_refuses_what_it_does_not_take():
 
 
 def _packed_graph(query, key, value, visible, scaling, kernel=KERNELS.attention):
-    """_packed_sdpa with ``kernel`` plugged in, under torch.compile (fullgraph): its output and the graph's call
+    """packed_sdpa with ``kernel`` plugged in, under torch.compile (fullgraph): its output and the graph's call
     targets."""
     targets = []
 
@@ -153,7 +153,7 @@ def _packed_graph(query, key, value, visible, scaling, kernel=KERNELS.attention)
         return gm
 
     torch._dynamo.reset()
-    step = torch.compile(functools.partial(attention._packed_sdpa, kernel=kernel), backend=record, fullgraph=True)
+    step = torch.compile(functools.partial(attention.packed_sdpa, kernel=kernel), backend=record, fullgraph=True)
     return step(query, key, value, visible, scaling)[0], targets
 
 
