@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 SLOT_MASK_KWARG = "snapstream_slot_mask"
 # ... and, when a caller plugged one in (DecodeKernels.attention), the decode attention under this one.
 SLOT_ATTENTION_KWARG = "snapstream_slot_attention"
+# ... and, when the engine bounds the plugged-in attention's reads, each row's filled length (B,) long under this one.
+SLOT_FILL_KWARG = "snapstream_slot_fill"
 
 PREFIX = "snapstream_"
 BASES = ("sdpa", "eager", "flash_attention_2")
@@ -101,11 +103,12 @@ def _in_cache_rotation(layer: CompressedLayer, query: torch.Tensor, key: torch.T
     return query, key
 
 
-def _row_slots(base, stock, module, query, key, value, visible, kernel=None, **kwargs):
+def _row_slots(base, stock, module, query, key, value, visible, kernel=None, filled=None, **kwargs):
     """A decode query (B, H, 1, D) over the S slots of the engine's rows, ``visible`` (B, H_kv, S) bool; ``kernel``:
-    the plugged-in decode attention (``engine.step.DecodeKernels.attention``), None for SDPA."""
+    the plugged-in decode attention (``engine.step.DecodeKernels.attention``), None for SDPA; ``filled``: (B,) long
+    read bounds for the kernel, or None."""
     if base != "eager":  # sdpa, and flash_attention_2 (free and padding slots are scattered, not a prefix)
-        return packed_sdpa(query, key, value, visible, kwargs.get("scaling", module.scaling), kernel)
+        return packed_sdpa(query, key, value, visible, kwargs.get("scaling", module.scaling), kernel, filled)
     mask = visible[:, :, None, :].repeat_interleave(query.shape[1] // visible.shape[1], dim=1)  # (B, H, 1, S)
     mask = torch.zeros(mask.shape, dtype=query.dtype, device=query.device).masked_fill(
         ~mask, torch.finfo(query.dtype).min
@@ -113,18 +116,24 @@ def _row_slots(base, stock, module, query, key, value, visible, kernel=None, **k
     return stock(module, query, key, value, mask, **kwargs)
 
 
-def packed_sdpa(query, key, value, visible, scaling: float, kernel: Callable | None = None):
+def packed_sdpa(query, key, value, visible, scaling: float, kernel: Callable | None = None,
+                filled: torch.Tensor | None = None):
     """SDPA of one decode query per head, (B, H, 1, D), over (B, H_kv, S, D) keys/values -> (B, 1, H, D).
 
     The H / H_kv query heads that share a KV head become that head's query rows, (B, H_kv, H / H_kv, D), so K/V are
     read as they are stored instead of copied H / H_kv times (``repeat_kv``); the (B, H_kv, 1, S) mask covers the rows.
     Transformers does the same in eager decode (``pack_gqa``) but not under ``torch.compile``. A plugged-in
     ``kernel`` (``engine.step.DecodeKernels.attention``) gets the packed rows first; where it returns None, SDPA.
+    ``filled`` (B,) long, each row's highest written slot + 1, goes to the kernel as ``filled=`` when given (the
+    engine gives it to its FlexAttention only); SDPA reads every slot (the mask alone hides the unfilled ones).
     """
     B, H, _, D = query.shape
     H_kv = key.shape[1]
     packed = query.reshape(B, H_kv, H // H_kv, D)
-    out = kernel(packed, key, value, visible, scaling) if kernel is not None else None
+    out = None
+    if kernel is not None:
+        bound = {} if filled is None else {"filled": filled}
+        out = kernel(packed, key, value, visible, scaling, **bound)
     if out is None:
         out = torch.nn.functional.scaled_dot_product_attention(
             packed, key, value, attn_mask=visible[:, :, None, :], scale=scaling
@@ -143,9 +152,10 @@ def _make(base: str) -> Callable:
             stock = _flash_forward()
         slot_mask = kwargs.pop(SLOT_MASK_KWARG, None)
         kernel = kwargs.pop(SLOT_ATTENTION_KWARG, None)
+        filled = kwargs.pop(SLOT_FILL_KWARG, None)
         if slot_mask is not None:  # the engine's decode step: the rows' slots, masked per layer
             mask = slot_mask[module.layer_idx]
-            return _row_slots(base, stock, module, query, key, value, mask, kernel, **kwargs)
+            return _row_slots(base, stock, module, query, key, value, mask, kernel, filled, **kwargs)
         layer = ACTIVE_LAYER.get()
         if layer is None or layer.layer_idx != getattr(module, "layer_idx", None):
             return stock(module, query, key, value, attention_mask, **kwargs)

@@ -47,6 +47,9 @@ CUDA_CONTEXT_GIB = 0.55
 # Kept free below what can be allocated: CUDA-graph pools and the caching allocator's fragmentation, which
 # torch.cuda.max_memory_allocated does not count. Estimate; make gpu-check records reserved - allocated.
 MARGIN_GIB = 2.5
+# Slots per block of a bounded decode read: an appending row reads its filled slots rounded up to this many (the
+# engine's FlexAttention block mask, FlexAttention's default block; the eager step's rounding). The planner reads it.
+READ_BLOCK = 128
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from snapstream_core.memory import READ_BLOCK
+
 GIB = 2**30
 
 
@@ -38,8 +40,8 @@ class Device:
     # True: a step reads all the slots of a row (a fixed-shape kernel over the allocated buffer). False: only the
     # filled ones, in blocks (the engine's decode attention bounds its reads to each row's filled length).
     reads_all_slots: bool = False
-    # Tokens per block of a bounded read (FlexAttention's default block): a row reads its filled slots rounded up.
-    read_block: int = 128
+    # Tokens per block of a bounded read: a row reads its filled slots rounded up (the engine's block).
+    read_block: int = READ_BLOCK
 
 
 H100 = Device()

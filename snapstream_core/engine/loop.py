@@ -15,9 +15,13 @@ sample's tokens do not depend on which rows, items or resumes surround it.
 One decode step (:mod:`.step`) serves every device. Compiled, or on CUDA, it runs all rows at fixed shapes. Eager on
 CPU it runs the rows ``[0, hi)`` that cover the busy ones, at least ``MIN_CPU_ROWS`` of them (the engine holds at
 least that many rows on CPU): the CPU matrix kernels give the same bits to a row for every
-batch of 4 or more rows and other bits for 1 to 3, so a sample's logits do not depend on its neighbours. For the
-appending methods the eager step reads only the first ``read_slots`` slots of every row: the largest filled length
-among the busy rows, rounded up to ``read_block`` slots (docs/engine.md gives the rule and the share it reads).
+batch of 4 or more rows and other bits for 1 to 3, so a sample's logits do not depend on its neighbours.
+
+Reads are bounded to the filled slots for the appending methods (docs/engine.md gives the rule and the share read).
+The eager step reads only the first ``read_slots`` slots of every row: the largest filled length among the busy rows,
+rounded up to ``read_block`` slots (host counters). With FlexAttention (the compiled step on CUDA) each row reads its
+own filled slots, rounded up to ``READ_BLOCK``: the engine keeps ``fill`` (rows,) on the device, each row's highest
+written slot + 1 (all S for a ring), and the attention builds a block mask from it (no host synchronisation).
 """
 
 from __future__ import annotations
@@ -31,12 +35,13 @@ from typing import Any
 import torch
 
 from snapstream_core.cache import CompressedCache
-from snapstream_core.engine.attention import resolve_attention
+from snapstream_core.engine.attention import fill_blocks, flex_decode_attention, resolve_attention
 from snapstream_core.engine.noise import pick_tokens, sample_key
 from snapstream_core.engine.rows import RowCache
 from snapstream_core.engine.scheduler import Job, Scheduler, StepCounts
 from snapstream_core.engine.step import DecodeKernels, EngineError, Step, is_oom, memory_line
 from snapstream_core.generate import cut_at_eos, stop_cut
+from snapstream_core.memory import READ_BLOCK
 from snapstream_core.methods.base import CompressionMethod
 from snapstream_core.prefill import prefill_prompt
 from snapstream_core.sampling import SamplingConfig
@@ -77,7 +82,8 @@ MIN_CPU_ROWS = 4  # CPU forwards of at least this many rows give every row the s
 class EngineStats:
     """What ``meta.json`` records of a run's decoding: step counts, whether the step ran compiled and its first
     call's wall time (the compile time; 0 when eager), prefills run and K/V row allocations made (one per run),
-    and the share of the rows' slots the steps read (``slots_read / slots_held``)."""
+    and the share of the rows' slots the steps read (``slots_read / slots_held``; with FlexAttention's per-row bound,
+    summed on the device from each row's read blocks and added at the host reads)."""
 
     counts: StepCounts = field(default_factory=StepCounts)
     compiled: bool = False
@@ -100,9 +106,9 @@ class Engine:
         seed: ``gen.seed``; ``check_every``: decode steps between host reads of the done flags (default 1 on CPU,
         else 16); ``attention``: ``auto`` (FlexAttention for a compiled step on CUDA, else SDPA), ``flex`` or
         ``sdpa``; ``kernels``: device pieces plugged into the step (:class:`~.step.DecodeKernels`);
-        ``read_block``: the read bound of the appending methods is rounded up to this many slots (None: no bound,
-        every slot is read; default 256 eager, None compiled: one graph shape); ``planned_bytes``: the planner's
-        peak, quoted by an out-of-memory error.
+        ``read_block``: the eager step's read bound of the appending methods is rounded up to this many slots (None:
+        no bound; default ``READ_BLOCK`` eager, None compiled: one graph shape, where FlexAttention bounds each
+        row's reads instead); ``planned_bytes``: the planner's peak, quoted by an out-of-memory error.
     """
 
     def __init__(
@@ -139,11 +145,12 @@ class Engine:
         self.cpu = self.device.type == "cpu"
         self.held_rows = max(rows, MIN_CPU_ROWS) if self.cpu else rows  # rows of K/V the engine allocates
         self.check_every = check_every or (1 if self.cpu else 16)
-        self.read_block = (None if compile else 256) if read_block == "auto" else read_block
+        self.read_block = (None if compile else READ_BLOCK) if read_block == "auto" else read_block
         self.kernels, self.planned_bytes = kernels, planned_bytes
         self.stats = EngineStats()
         kernel = resolve_attention(attention, self.device.type, compile)
         self.step_fn = Step(compile, self.device.type, compile_backend, kernel, kernels)
+        self.bounded = self.step_fn.attention is flex_decode_attention  # per-row read bounds (fill)
         self.stats.compiled = compile
         self.cache: RowCache | None = None
 
@@ -163,6 +170,8 @@ class Engine:
         self.base, self.offset, self.period = z.clone(), z.clone(), torch.ones_like(z)
         self.pos0, self.step, self.keys, self.max_new = z.clone(), z.clone(), z.clone(), z.clone()
         self.tok = z.clone()
+        self.fill = z.clone()  # highest written slot + 1 (all slots for a ring): the per-row read bound
+        self.reads = torch.zeros((), dtype=torch.long, device=dev)  # slot reads of the bounded steps, not yet added
         self.done = torch.ones(R, dtype=torch.bool, device=dev)
         self.out = torch.zeros(R, width + 1, dtype=torch.long, device=dev)  # last column: writes of done rows
 
@@ -178,6 +187,7 @@ class Engine:
         for t, v in ((self.base, base), (self.offset, offset), (self.period, period), (self.pos0, len(item.ids)),
                      (self.step, 0), (self.keys, key), (self.max_new, job.max_new_tokens)):
             t[row] = v
+        self.fill[row] = self.cache.slots if period < self.cache.slots else held
         first = pick_tokens(logits, self.sampling, self.keys[row : row + 1], self.step[row : row + 1])
         self.tok[row] = first[0]
         self.out[row, 0] = first[0]
@@ -209,17 +219,22 @@ class Engine:
             hi = min(R, max(MIN_CPU_ROWS, max(busy, default=0) + 1))
         n = self._read_slots(busy)
         slots = (self.base + (self.offset + self.step) % self.period).clamp(max=n - 1)
+        self.fill = torch.maximum(self.fill, slots + 1)
+        filled = self.fill[:hi] if self.bounded else None
         positions = (self.pos0 + self.step)[:, None]
         cache = self.cache.view(hi, n)
         start = time.perf_counter()
         try:
-            logits = self.step_fn(self.model, cache, self.tok[:hi, None], positions[:hi], slots[:hi])
+            logits = self.step_fn(self.model, cache, self.tok[:hi, None], positions[:hi], slots[:hi], filled)
         except Exception as exc:
             if is_oom(exc):
                 raise self._oom(self.step_fn.stage(), exc) from exc
             raise
         self._sched.stepped(hi)
-        self.stats.slots_read += hi * n
+        if filled is None:
+            self.stats.slots_read += hi * n
+        else:  # blocks each row reads, the last one cut at n (added to the stats at the next host read)
+            self.reads += (fill_blocks(filled, n).long() * READ_BLOCK).clamp(max=n).sum()
         self.stats.slots_held += hi * S
         if self._sched.counts.steps == 1 and self.stats.compiled:  # the compile time
             if self.device.type == "cuda":
@@ -253,6 +268,7 @@ class Engine:
             return []
         done = self.done.tolist()
         steps = self.step.tolist()
+        self._fold_reads()
         read = busy if self.stop_strings else [r for r in busy if done[r]]  # rows whose tokens the host needs
         seqs = dict(zip(read, self.out[read].tolist())) if read else {}
         finished = []
@@ -276,6 +292,12 @@ class Engine:
                 prefill_s=prefill_s[job.item], decode_s=time.perf_counter() - self._row_start[row],
             ))
         return finished
+
+    def _fold_reads(self) -> None:
+        """Add the device-side slot reads of the bounded steps to the stats (at a host read: no extra wait)."""
+        if self.bounded and self.cache is not None:
+            self.stats.slots_read += int(self.reads)
+            self.reads.zero_()
 
     def _kv_figures(self, prefix_kv: dict[str, int], item: EngineItem, job: Job, n_tokens: int) -> dict[str, int]:
         """The prefix cache's figures, with the sample's own decode row (the method's slots for its prompt, as
@@ -361,6 +383,7 @@ class Engine:
                 for item in [i for i in prefixes if not sched.item_pending(i)]:
                     del prefixes[item]  # its rows hold copies; the batch-1 cache is freed
             if sched.done:
+                self._fold_reads()
                 return
             if started:  # samples that end at their first token free their rows before any step
                 ended = self._harvest(sched, seen, prefill_s, kv)

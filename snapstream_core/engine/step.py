@@ -3,7 +3,8 @@
 ``decode_step`` writes each row's new token K/V at that row's slot, marks the slot visible in the per-layer
 (L, R, H_kv, S) mask, and attends over the slots with that mask: no host synchronisation, no data-dependent Python.
 The mask travels to the registered attention function as :data:`~snapstream_core.attention.SLOT_MASK_KWARG`, a
-plugged-in decode attention as :data:`~snapstream_core.attention.SLOT_ATTENTION_KWARG`.
+plugged-in decode attention as :data:`~snapstream_core.attention.SLOT_ATTENTION_KWARG` and, when the engine bounds
+its reads, each row's filled length as :data:`~snapstream_core.attention.SLOT_FILL_KWARG`.
 
 :class:`DecodeKernels` is the hook through which a caller plugs device-specific pieces into the step (the compile
 backend, the decode attention, the rows' memory); the benchmark's CPU kernels (``bench/cpu_decode``) are its user.
@@ -21,7 +22,7 @@ from typing import Any
 
 import torch
 
-from snapstream_core.attention import SLOT_ATTENTION_KWARG, SLOT_MASK_KWARG
+from snapstream_core.attention import SLOT_ATTENTION_KWARG, SLOT_FILL_KWARG, SLOT_MASK_KWARG
 
 log = logging.getLogger(__name__)
 GIB = 2**30
@@ -57,15 +58,18 @@ def resolve_compile(value: bool | str | None, device: torch.device | str) -> boo
 
 
 def decode_step(model, cache, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
-                attention: Callable | None = None) -> torch.Tensor:
+                attention: Callable | None = None, filled: torch.Tensor | None = None) -> torch.Tensor:
     """One decode step of fixed shapes: tokens (R, 1) long at positions (R, 1), row r written at slot ``slots[r]``
     of ``cache`` (a :class:`~snapstream_core.engine.rows.RowCache` or a view of its rows) -> next-token logits
-    (R, V) float32. ``attention``: the decode attention hook (None: SDPA)."""
+    (R, V) float32. ``attention``: the decode attention hook (None: SDPA); ``filled`` (R,) long: row r's highest
+    written slot + 1 after this step's write, handed to ``attention`` to bound its reads (None: it reads all S)."""
     cache.write_slot = slots
     cache.mark_written()
     extra = {SLOT_MASK_KWARG: cache.visible}
     if attention is not None:
         extra[SLOT_ATTENTION_KWARG] = attention
+        if filled is not None:
+            extra[SLOT_FILL_KWARG] = filled
     out = model(
         input_ids=tokens,
         position_ids=positions,
@@ -148,10 +152,10 @@ class Step:
         return {1: "decode step (compile)", 2: "decode step (capture)", 3: "decode step (capture)"}.get(
             self.calls, "decode step (replay)")
 
-    def __call__(self, model, cache, tokens, positions, slots) -> torch.Tensor:
+    def __call__(self, model, cache, tokens, positions, slots, filled=None) -> torch.Tensor:
         self.calls += 1
         try:
-            return self.fn(model, cache, tokens, positions, slots, self.attention)
+            return self.fn(model, cache, tokens, positions, slots, self.attention, filled)
         except Exception as exc:
             if not self.compiled or is_oom(exc):
                 raise
