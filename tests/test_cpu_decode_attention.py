@@ -172,28 +172,33 @@ def test_the_compiled_static_step_calls_the_kernel_for_packed_gqa():
 
 
 def test_the_bench_kernels_plug_into_the_compiled_decode_step(tiny_model):
-    """compiled_step(kernels=KERNELS): the traced step of a whole model calls the kernel in every layer, and its
-    logits are those of the core's step without it (SDPA)."""
+    """``Step(kernels=KERNELS)``, the engine's compiled step: the traced step of a whole model calls the kernel in
+    every layer, and its logits are those of the core's step without it (SDPA)."""
     import snapstream_core as ss
     from snapstream_core.attention import attach
-    from snapstream_core.static_decode import compiled_step, to_static
+    from snapstream_core.engine.rows import RowCache
+    from snapstream_core.engine.step import Step
 
     attach(tiny_model)
-    ids = torch.randint(1, 1000, (2, 120), generator=torch.Generator().manual_seed(0))
+    ids = torch.randint(1, 1000, (1, 120), generator=torch.Generator().manual_seed(0))
     logits, calls = [], []
 
     def record(gm, example_inputs):
         calls.append(sum("snapstream.decode_attention" in str(n.target) for n in gm.graph.nodes))
         return gm.forward
 
+    method = ss.SnapStream(prompt_budget=48, recent=8)
     for kernels in (None, KERNELS):
-        cache = ss.make_cache(tiny_model, ss.SnapStream(prompt_budget=48, recent=8))
+        cache = ss.make_cache(tiny_model, method)
         with torch.no_grad():
             tiny_model(input_ids=ids, past_key_values=cache)
-            plan = to_static(cache, torch.ones_like(ids, dtype=torch.bool), steps=2, kernels=kernels)
+            rows = RowCache.empty(4, method.slots(120, 2), cache, None if kernels is None else kernels.zeros)
+            base = [rows.load(r, cache)[0] for r in range(4)]
             torch._dynamo.reset()
-            step = compiled_step("cpu", record, kernels=kernels)
-            logits.append(step(tiny_model, plan.cache, ids[:, -1:], plan.positions[:, None], plan.slots[:1]))
+            step = Step(True, "cpu", record, kernels=kernels)
+            tokens = ids[:, -1:].expand(4, 1).contiguous()
+            positions = torch.full((4, 1), 120, dtype=torch.long)
+            logits.append(step(tiny_model, rows, tokens, positions, torch.tensor(base, dtype=torch.long)))
     torch._dynamo.reset()
     assert calls == [0, tiny_model.config.num_hidden_layers]
     torch.testing.assert_close(logits[1], logits[0], atol=1e-5, rtol=1e-5)

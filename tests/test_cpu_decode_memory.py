@@ -12,8 +12,8 @@ import torch
 
 import snapstream_core as ss
 from bench.cpu_decode import KERNELS, memory
+from snapstream_core.engine.rows import RowCache
 from snapstream_core.generate import SamplingConfig, generate
-from snapstream_core.static_decode import to_static
 from tests.conftest import tiny_config
 
 LINUX = sys.platform.startswith("linux")
@@ -129,23 +129,24 @@ def test_the_bench_loader_packs_cpu_weights_and_the_harness_loader_does_not():
     assert len(storages(unpacked)) > 1
 
 
-def test_the_compiled_steps_slot_buffers_are_one_block_with_the_bench_kernels(tiny_model):
+def test_the_engines_row_buffers_are_one_block_with_the_bench_kernels(tiny_model):
     from snapstream_core.attention import attach
 
     attach(tiny_model)  # the wrapper that compresses the cache at the end of the prefill
-    cache = ss.make_cache(tiny_model, ss.SnapStream(prompt_budget=48, recent=8))
-    ids = torch.randint(1, 1000, (2, 100))
+    method = ss.SnapStream(prompt_budget=48, recent=8)
+    cache = ss.make_cache(tiny_model, method)
+    ids = torch.randint(1, 1000, (1, 100))
     with torch.no_grad():
         tiny_model(input_ids=ids, past_key_values=cache)
-    valid = torch.ones_like(ids, dtype=torch.bool)
-    stock = to_static(cache, valid, steps=5)
-    assert len({layer.keys.untyped_storage().data_ptr() for layer in stock.cache.layers}) == len(cache.layers)
-    plan = to_static(cache, valid, steps=5, kernels=KERNELS)
-    buffers = [t for layer in plan.cache.layers for t in (layer.keys, layer.values)]
+    slots = method.slots(100, 5)
+    stock = RowCache.empty(2, slots, cache)
+    assert len({k.untyped_storage().data_ptr() for k in (*stock.keys, *stock.values)}) == 2 * len(cache.layers)
+    rows = RowCache.empty(2, slots, cache, KERNELS.zeros)
+    buffers = [*rows.keys, *rows.values]
     assert len({t.untyped_storage().data_ptr() for t in buffers}) == 1
     assert all(t.is_contiguous() and t.data_ptr() % memory.ALIGN == 0 for t in buffers)
-    for layer, static in zip(cache.layers, plan.cache.layers):  # the prefilled slots were copied, the rest is zero
-        n = layer._slots_now()
-        assert torch.equal(static.keys[:, :, :n], layer.keys[:, :, :n])
-        assert torch.equal(static.values[:, :, :n], layer.values[:, :, :n])
-        assert int(static.keys[:, :, n:].count_nonzero()) == 0
+    n = rows.load(1, cache)[3]
+    for i, layer in enumerate(cache.layers):  # the prefilled slots were copied into row 1; row 0 and the rest are zero
+        assert torch.equal(rows.keys[i][1, :, :n], layer.keys[0, :, :n])
+        assert torch.equal(rows.values[i][1, :, :n], layer.values[0, :, :n])
+        assert int(rows.keys[i][1, :, n:].count_nonzero()) == 0 and int(rows.keys[i][0].count_nonzero()) == 0
