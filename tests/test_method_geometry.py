@@ -36,3 +36,12 @@ def test_geometry_matches_the_prefilled_cache(tiny_model, method, T):
         assert method.slots(T, 10) == method.slots(T, 10_000)
     assert method.query_rows(T) == (min(method.window, T) if hasattr(method, "window")
                                     and method.needs_selection(T) else 0)
+
+
+def test_every_method_declares_what_its_budget_caps():
+    from snapstream_core.methods import METHODS
+    from snapstream_core.methods.base import BUDGET_CAPS
+
+    caps = {name: cls.budget_cap for name, cls in METHODS.items()}
+    assert all(cap in BUDGET_CAPS for cap in caps.values()), caps
+    assert caps["none"] == "none" and caps["snapkv"] == "prompt" and caps["streaming_llm"] == "cache"

@@ -10,6 +10,7 @@ if TYPE_CHECKING:  # the dataclasses import no torch: configs are checked before
     import torch
 
 POSITIONS = ("original", "in_cache")
+BUDGET_CAPS = ("none", "prompt", "cache")  # what a method's budget bounds (CompressionMethod.budget_cap)
 POOLINGS = ("max", "avg")
 GQA_AGGS = ("mean", "max")
 TAG = "tag"  # field metadata key: the knob's prefix in the run tag (``field(metadata={TAG: "cr"})``)
@@ -63,6 +64,11 @@ class CompressionMethod:
     tag_order: ClassVar[tuple[str, ...]] = ()
     # Knobs that follow from the budget (the report's x axis), so they never tell two lines of the method apart.
     budget_derived: ClassVar[tuple[str, ...]] = ()
+    # What the budget bounds (one of BUDGET_CAPS): "prompt", the kept prompt (decoded tokens are appended or held
+    # in a ring beside it); "cache", the whole cache while decoding (generated tokens compete for the same slots);
+    # "none", nothing (the full cache). Run names, the report and published references read it: a reference
+    # matches a run only at the same method, budget and cap.
+    budget_cap: ClassVar[str] = "prompt"
     positions: str = field(default="original", metadata={TAG: ""})
 
     def __post_init__(self) -> None:

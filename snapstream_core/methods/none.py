@@ -13,6 +13,7 @@ class NoCompression(CompressionMethod):
     """Keep every token. Outputs are token-identical to generation with a plain ``DynamicCache``."""
 
     method: ClassVar[str] = "none"
+    budget_cap: ClassVar[str] = "none"
 
     @property
     def compresses(self) -> bool:

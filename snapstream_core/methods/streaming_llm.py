@@ -28,6 +28,7 @@ class StreamingLLM(CompressionMethod):
     both (unless they agree): an explicit ``recent`` is never silently replaced."""
 
     method: ClassVar[str] = "streaming_llm"
+    budget_cap: ClassVar[str] = "cache"  # sinks + recent hold the whole sequence, decoded tokens included
     DEFAULT_RECENT: ClassVar[int] = 1020
     tag_order: ClassVar[tuple[str, ...]] = ("prompt_budget", "sinks", "recent", "positions")
     budget_derived: ClassVar[tuple[str, ...]] = ("recent",)  # recent = prompt_budget - sinks
