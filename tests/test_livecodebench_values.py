@@ -65,13 +65,88 @@ def test_a_program_class_is_opaque_and_equals_nothing():
             return True
 
     class Half(float):
-        pass
+        def __eq__(self, other):
+            return True
 
     for value in (Anything(), Half(1.5), [Anything()], {"a": Half(1.5)}, (Half(1.5),)):
         rebuilt = over_the_wire(value)
         for expected in (1.5, [1.5], {"a": 1.5}, (1.5,)):
             assert official_equal(rebuilt, expected) == (False, None), (value, expected)
     assert isinstance(over_the_wire(Anything()), Opaque) and isinstance(over_the_wire(Half(1.5)), Opaque)
+
+
+class _Mixin:
+    def describe(self):
+        return "a method, no comparison"
+
+
+class _Int(int):
+    pass
+
+
+class _List(_Mixin, list):
+    def __iter__(self):  # list's == reads the storage, not __iter__
+        return iter(["not", "these"])
+
+
+class _Dict(dict):
+    def keys(self):
+        return ["zz"]
+
+
+class _Str(str):
+    pass
+
+
+class _Set(set):
+    pass
+
+
+class _Tuple(tuple):
+    pass
+
+
+class _Float(float):
+    pass
+
+
+class _Complex(complex):
+    pass
+
+
+class _EqList(list):
+    def __eq__(self, other):
+        return True
+
+
+class _EqInt(_Int):
+    __eq__ = int.__ne__
+
+
+def _subclass_cases():
+    """(value, expected, opaque): ``opaque`` when a class of the value defines its own ``__eq__``."""
+    import enum
+
+    color = enum.IntEnum("Color", "RED GREEN")
+    plain = [
+        (_Int(3), 3), (_Int(3), 4), ([_Int(2), _Float(0.5)], [2, 0.5]), (_List([1, 2]), [1, 2]),
+        (_List([1, 2]), ["not", "these"]), ({"a": _Int(1)}, {"a": 1}), (_Dict(a=1), {"a": 1}), (_Dict(a=1), {"zz": 1}),
+        (_Str("ab"), "ab"), (_Set({1}), [1]), (_Tuple((1, 2)), [1, 2]), ([_Tuple((1,))], [[1]]), (_Float(1.5), 1.5),
+        (_Complex(2), 2), (color.GREEN, 2), (color.RED, 2), (_List([_List([1])]), [[1]]),
+    ]
+    own = [(_EqList([1]), [2]), (_EqInt(3), 3), (_EqInt(3), 4), ([_EqInt(3)], [3])]
+    return [(v, e, False) for v, e in plain] + [(v, e, True) for v, e in own]
+
+
+@pytest.mark.parametrize("k", range(len(_subclass_cases())))
+def test_a_builtin_subclass_compares_as_in_lcb_runner(k):
+    """A subclass without ``__eq__`` compares by its builtin value (as ``==`` in the program's process); one with its
+    own ``__eq__`` stays opaque: a wrong answer, whatever ``==`` would say there."""
+    value, expected, opaque = _subclass_cases()[k]
+    got = official_equal(over_the_wire(value), expected)
+    assert got == ((False, None) if opaque else (in_process(value, expected)[0], None)), (value, expected)
+    if not opaque:
+        assert not any(isinstance(v, Opaque) for v in [over_the_wire(value)]), value
 
 
 @pytest.mark.parametrize("payload", [

@@ -423,15 +423,39 @@ def _numpy(value: object, np: types.ModuleType, depth: int) -> object:
             "scalar": type(value) is not np.ndarray}
 
 
+# The builtin value of an instance of a builtin type's subclass, copied by the builtin's own C method (never through
+# a hook the subclass may override: ``__iter__``, ``keys``, ``__int__``): what the builtin's ``==`` reads.
+_BUILTIN_VALUE = {
+    int: int.__pos__, float: float.__pos__, complex: complex.__pos__, str: str.__str__, list: list.copy,
+    tuple: lambda v: tuple.__getitem__(v, slice(None)), set: set.copy, frozenset: frozenset.copy,
+    dict: lambda v: dict(dict.items(v)),
+}
+
+
+def builtin_value(value: object) -> object:
+    """The builtin value of an instance of a subclass of a builtin type (``int``, ``float``, ``complex``, ``str``,
+    ``list``, ``tuple``, ``set``, ``frozenset``, ``dict``) whose classes before that builtin in the MRO define no
+    ``__eq__``: lcb_runner's ``prediction == expected`` then runs the builtin's comparison on the builtin's storage.
+    :data:`NotImplemented` for anything else (a subclass with its own ``__eq__`` stays opaque)."""
+    for cls in type(value).__mro__:
+        copy = _BUILTIN_VALUE.get(cls)
+        if copy is not None:
+            return copy(value)
+        if "__eq__" in cls.__dict__:
+            return NotImplemented
+    return NotImplemented
+
+
 def to_wire(value: object, depth: int = 0) -> object:
     """The JSON wire form of a return value, from which the parent rebuilds an equal value of the same standard
     type without running program code (``tasks/livecodebench/values.py``): JSON scalars, lists and str-keyed dicts
     as themselves; ``{"$lcb": tag, ...}`` for an int over :data:`BIG_INT_BITS` bits (``hex``), a tuple, set,
     frozenset or dict with other keys (``items``), ``Fraction`` (``n``, ``d``), ``Decimal`` (``s``), ``complex``
     (``re``, ``im``), a numpy array or scalar (``dtype``, ``shape``, base64 ``data``; an object array: its
-    elements' wire forms, ``items``); anything else (a class of the
-    program, a subclass of a builtin type, an iterator, a structure deeper than :data:`MAX_WIRE_DEPTH`) is
-    ``opaque``: it equals nothing. Types are matched exactly, never by ``isinstance``."""
+    elements' wire forms, ``items``); a subclass of a builtin type that defines no ``__eq__`` as its builtin value
+    (:func:`builtin_value`); anything else (a class of the program, a subclass with its own ``__eq__``, an
+    iterator, a structure deeper than :data:`MAX_WIRE_DEPTH`) is ``opaque``: it equals nothing. Types are matched
+    exactly, never by ``isinstance``."""
     t = type(value)
     if t in _SCALARS:
         return value
@@ -461,6 +485,9 @@ def to_wire(value: object, depth: int = 0) -> object:
         wire = _numpy(value, np, depth)
         if wire is not None:
             return wire
+    plain = builtin_value(value)
+    if plain is not NotImplemented:
+        return to_wire(plain, depth + 1)
     return {"$lcb": "opaque", "type": t.__name__[:100], "repr": describe_obj(value)}
 
 

@@ -9,8 +9,12 @@ values of those same types, by constructors that run no program code, so Python'
 ``Fraction(3, 2) == 1.5``, ``np.array([3]) == [3]`` pass; a nested tuple never equals a list; a two-element array
 raises on ``not`` (ambiguous truth value), a runtime error there and here.
 
-A value of the program's own class (or of any other type) arrives as ``opaque`` and equals nothing: lcb_runner
-calls the program's ``__eq__`` (an always-equal object passes there); here it is a wrong answer, by design.
+An instance of a builtin type's subclass that defines no ``__eq__`` of its own (``class Big(int): pass``, an
+``IntEnum`` member, a ``list`` subclass that only adds methods) travels as its builtin value, copied by the builtin's
+own method (``driver.builtin_value``): lcb_runner's ``==`` runs the builtin's comparison on it, and so does the
+parent. A value of the program's own class, or of a subclass that defines ``__eq__`` (or of any other type), arrives
+as ``opaque`` and equals nothing: lcb_runner calls the program's ``__eq__`` (an always-equal object passes there);
+here it is a wrong answer, by design.
 
 Bounded: the value's bytes are at most the output limit; before parsing, the JSON containers and separators are
 counted (one C pass) and a value with more than :func:`budget` of them, which cannot equal the expected value, is a
