@@ -100,7 +100,7 @@ def find_source(cfg: Any, p: Any, pending: list[tuple[Any, tuple[int, ...]]]) ->
     source = none_run_dir(str(cfg.run_dir), str(cfg.compression.tag), fp)
     rows = _complete_rows(source, fp)
     keys = [(str(item.item_id), i) for item, idx in pending for i in idx]
-    if rows is None or any(k not in rows for k in keys):
+    if rows is None or any(k not in rows or rows[k].get("generation_id") != p.generation_id for k in keys):
         log.info("%s keeps every token of its %d items (longest prompt %d + %d new tokens) but the full-cache run "
                  "%s is absent or incomplete: generating", p.run_id, len(pending), longest, G, source)
         return None

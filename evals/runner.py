@@ -20,11 +20,13 @@ from tqdm.auto import tqdm
 from evals import strict
 from evals.backends import Request, Sample, backend_traits, make_backend
 from evals.backends.base import check_rows
+from evals.code_identity import commit, generation_id, grading_id, grading_setup
 from evals.geometry import row_geometry
 from evals.headline import show_headline
 from evals.identity import fingerprint, run_identity
 from evals.plan.measured import prompt_lengths
 from evals.prompts import PROMPTS, PromptStore, prompt_record
+from evals.regrade import generated_here, refresh_resumed, regrade
 from evals.rows import RowWriter, done_keys, read_rows, tidy
 from evals.rundir import (
     META,
@@ -46,7 +48,7 @@ from evals.rundir import (
     write_atomic,
     write_hydra_files,
 )
-from evals.sample_cache import SampleCache, reused_row
+from evals.sample_cache import SampleCache, cache_dir, reused_row, sample_key_base
 from evals.throughput import GenClock
 from snapstream_core.api import compression_from_config
 from snapstream_core.methods import knob_names
@@ -87,6 +89,10 @@ class RunPlan:
     identity: dict[str, Any]
     fingerprint: str
     rows: int | str | None = None  # gen.rows for the backend: the planner's choice on CUDA, else as configured
+    generation_id: str | None = None  # evals.code_identity; None: a backend that generates nothing (replay)
+    grading_id: str = ""
+    grading_setup: dict[str, Any] | None = None  # the task's resolved grading setup (sandbox mode, interpreter)
+    cache_root: Path | None = None  # the sample cache's folder, absolute; None: not used
 
 
 def check(cfg: DictConfig, *, offline: bool = False) -> Checked:
@@ -197,6 +203,8 @@ def plan(cfg: DictConfig, run_dir: Path | None = None) -> RunPlan:
         rows = _planned_rows(cfg, container["model"]["device"], lambda: prompt_lengths(cfg, c.task, items))
     identity = run_identity(container, c.method.knobs(), weights, items)
     fp = fingerprint(identity)
+    generates = backend_traits(cfg.backend.name).loads_weights
+    setup = grading_setup(c.task, cfg.task)
     run_dir = Path(run_dir) if run_dir is not None else Path(c.container["run_dir"]) / f"fp-{fp}"
     try:
         run_id = str(run_dir.resolve().relative_to(Path(c.container["out_root"]).resolve()))
@@ -215,6 +223,10 @@ def plan(cfg: DictConfig, run_dir: Path | None = None) -> RunPlan:
         identity=identity,
         fingerprint=fp,
         rows=rows,
+        generation_id=generation_id(c.task) if generates else None,
+        grading_id=grading_id(c.task, setup),
+        grading_setup=setup,
+        cache_root=cache_dir(c.container["out_root"]) if generates and cfg.get("sample_cache", True) else None,
     )
 
 
@@ -281,10 +293,16 @@ def _complete(p: RunPlan) -> bool:
     """Whether the run directory already holds this identity's finished results (``meta.json`` complete)."""
     meta = read_meta(p.run_dir / META) or {}
     if not (meta.get("status") == "complete" and meta.get("fingerprint") == p.fingerprint
+            and meta.get("code") == _code(p)  # rows of other code: resumed under this code's rule (evals.regrade)
             and (p.run_dir / SUMMARY).is_file() and (p.run_dir / SAMPLES).is_file()):
         return False
     with open(p.run_dir / SAMPLES, "rb") as fh:  # rows lost since (a file cut by hand or restored): resume them
         return sum(1 for line in fh if line.strip()) == meta.get("n_rows")
+
+
+def _code(p: RunPlan) -> dict[str, Any]:
+    """The identities of the code that generates and grades this run's rows (``meta.json``'s ``code``)."""
+    return {"generation_id": p.generation_id, "grading_id": p.grading_id, "grading_setup": p.grading_setup}
 
 
 def _protocol(task, task_cfg) -> str | None:
@@ -303,6 +321,8 @@ def _run_locked(cfg: DictConfig, p: RunPlan, replay) -> Path:
         "data_sha256": p.identity["task"]["data_sha256"],
         "data_revision": cfg.task.get("revision"),
         "protocol": _protocol(p.task, cfg.task),
+        "code": _code(p),
+        "sample_cache": None if p.cache_root is None else str(p.cache_root),
         "started": now(),
         "versions": versions(),
         "git_commit": git_commit(),
@@ -332,11 +352,14 @@ def _generate_and_score(cfg: DictConfig, p: RunPlan, items: list, replay=None) -
     """Generate and score what is missing, writing each sample's row as soon as it is scored; returns what the
     backend reports for ``meta.json``."""
     samples_path = p.run_dir / SAMPLES
-    done = done_keys(read_rows(samples_path, p.fingerprint))  # every resumed row is this configuration's
+    resumed = read_rows(samples_path, p.fingerprint)  # every resumed row is this configuration's
+    done = done_keys(refresh_resumed(cfg, p, samples_path, resumed))  # under this code (evals/regrade.py)
     generates = backend_traits(cfg.backend.name).loads_weights
     if generates and (copied := _copy_if_same(cfg, p, items, done)) is not None:
         return copied
-    cache = SampleCache.of_run(cfg.out_root, p.identity) if generates and cfg.get("sample_cache", True) else None
+    cache = None
+    if p.cache_root is not None:
+        cache = SampleCache.open(p.cache_root, sample_key_base(p.identity, p.generation_id, p.grading_setup))
     reused = _reuse_cached(cfg, p, cache, items, done) if cache is not None and not cfg.overwrite else 0
     if reused and not _missing(items, lambda item_id: range(p.sampling.n), done):
         return {"cached_rows": reused}  # every sample was in the cache: no backend, no weights
@@ -364,14 +387,17 @@ def _reuse_cached(cfg: DictConfig, p: RunPlan, cache: SampleCache, items: list, 
     """Write the rows of the missing samples that the sample cache holds (:mod:`evals.sample_cache`), adding their
     keys to ``done``; returns how many."""
     pending = _missing(items, lambda item_id: range(p.sampling.n), done)
-    found = list(cache.lookup((w.item, w.sample_idx) for w in pending))
+    found = [f for f in cache.lookup((w.item, w.sample_idx) for w in pending) if generated_here(f[1], p.generation_id)]
     if not found:
         return 0
-    PromptStore(p.run_dir / PROMPTS).add([prompt for row, prompt in found if row.get("prompt_hash") is not None])
+    PromptStore(p.run_dir / PROMPTS).add([prompt for _, row, prompt in found if row.get("prompt_hash") is not None])
+    rows = regrade(cfg, p, [(item, row) for item, row, _ in found])
     with RowWriter(p.run_dir / SAMPLES) as writer:
-        for row, _ in found:
+        for (item, stored, _), row in zip(found, rows):
             writer.write(reused_row(row, p.run_id, p.fingerprint))
             done.add((str(row["item_id"]), row["sample_idx"]))
+            if row is not stored:  # re-graded: later runs find the new verdict
+                cache.put(item, row, None)
     log.info("%s: %d of %d missing samples reused from the sample cache %s (sample_cache=false: generate them)",
              p.run_id, len(found), sum(len(w.sample_idx) for w in pending), cache.root)
     return len(found)
@@ -387,8 +413,10 @@ def _copy_if_same(cfg: DictConfig, p: RunPlan, items: list, done: set[tuple[str,
     if source is None:
         return None
     PromptStore(p.run_dir / PROMPTS).add(source.prompts)
+    by_id = {str(item.item_id): item for item in items}
+    rows = regrade(cfg, p, [(by_id[str(row["item_id"])], row) for row in copy_rows(p, source)])
     with RowWriter(p.run_dir / SAMPLES) as writer:
-        for row in copy_rows(p, source):
+        for row in rows:
             writer.write(row)
     return {"same_as": str(source.run_dir)}
 
@@ -559,6 +587,9 @@ def _row(cfg: DictConfig, p: RunPlan, o: Outcome) -> dict[str, Any]:
         "kv_bytes_peak": s.kv.get("kv_bytes_peak"),
         "latency_s": s.latency_s,
         "prompt_hash": req.prompt_hash,
+        "generation_id": p.generation_id,
+        "generation_commit": commit() if p.generation_id is not None else None,
+        "grading_id": p.grading_id,
         **row_geometry(p.method, s.prompt_tokens, s.gen_tokens),  # compressed, kv_tokens_mean
     }
     row.update({k: v for k, v in {**s.kv, **s.measured}.items() if k not in row})

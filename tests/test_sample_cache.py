@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import multiprocessing
 from pathlib import Path
 
 import pytest
 
 import evals.runner as runner
 from evals.identity import fingerprint
-from evals.sample_cache import DIRNAME, append_locked, cache_dir, read_shard, sample_key_base
+from evals.sample_cache import DIRNAME, cache_dir, sample_key_base
 from tests.runner_utils import TINY, compose_cfg
 
 NEEDLE = ["task=needle", "task.context_tokens=256", "task.n_items=6"]
@@ -86,36 +85,11 @@ def test_a_method_or_seed_change_is_another_sample(tmp_path, generated):
     assert generated["n"] == 3
 
 
-def test_a_torn_line_left_by_kill_9_is_skipped_and_later_appends_stay_readable(tmp_path, generated):
-    first = run(tmp_path, "task.limit=2")
-    shards = sorted((tmp_path / DIRNAME).glob("*.jsonl"))
-    assert shards
-    for shard in shards:  # every shard ends mid-line, as a writer killed during its write leaves it
-        with shard.open("ab") as fh:
-            fh.write(b'{"key": "torn')
-    second = run(tmp_path, "task.limit=3")
-    assert generated["n"] == 3 and [r.get("cached_from") for r in rows(second)][:2] == [rows(first)[0]["run_id"]] * 2
-    third = run(tmp_path, "task.limit=3", run_dir=tmp_path / "third")
-    assert generated["n"] == 3 and all(r.get("cached_from") for r in rows(third))
-
-
-def _writer(args):
-    root, n, who = args
-    for i in range(n):
-        append_locked(Path(root) / "ab.jsonl", (json.dumps({"key": "ab" + who, "sample_idx": i, "row": {
-            "sample_idx": i, "item_id": who, "prompt_hash": None, "completion": "x" * 5000}}) + "\n").encode())
-
-
-def test_concurrent_writers_lose_no_line(tmp_path):
-    with multiprocessing.get_context("fork").Pool(4) as pool:
-        pool.map(_writer, [(str(tmp_path), 40, str(w)) for w in range(4)])
-    found, _ = read_shard(tmp_path / "ab.jsonl")
-    assert len(found) == 160
-
-
 def test_the_cache_lives_under_out_root_unless_snapstream_cache_is_set(tmp_path, monkeypatch):
     monkeypatch.delenv("SNAPSTREAM_SAMPLE_CACHE", raising=False)
     assert cache_dir(tmp_path) == tmp_path / DIRNAME
+    monkeypatch.chdir(tmp_path)
+    assert cache_dir("results") == tmp_path / "results" / DIRNAME  # absolute, resolved once
     monkeypatch.setenv("SNAPSTREAM_SAMPLE_CACHE", str(tmp_path / "shared"))
     assert cache_dir("results") == tmp_path / "shared"
     monkeypatch.setenv("SNAPSTREAM_SAMPLE_CACHE", "off")
@@ -133,12 +107,23 @@ def test_the_key_ignores_what_only_selects_items_and_keeps_what_changes_a_sample
     identity = {"model": {"name": "m", "weights": "w"}, "compression": {"method": "none"}, "backend": {"name": "hf"},
                 "gen": {"temperature": 0.6, "n_samples": 4, "seed": 0, "sampler": "counter-gumbel-v1"},
                 "task": {"name": "needle", "limit": 2, "data_sha256": "a", "items_read": 2}, "harness": None}
-    base = sample_key_base(identity)
+    base = sample_key_base(identity, "g1")
     wider = {**identity, "task": {**identity["task"], "limit": 3, "data_sha256": "b", "items_read": 3},
              "gen": {**identity["gen"], "n_samples": 8}}
-    assert sample_key_base(wider) == base
+    assert sample_key_base(wider, "g1") == base
     for part, change in [("gen", {"seed": 1}), ("compression", {"prompt_budget": 64}), ("model", {"weights": "v"})]:
         other = {**identity, part: {**identity[part], **change}}
-        assert fingerprint(sample_key_base(other)) != fingerprint(base)
+        assert fingerprint(sample_key_base(other, "g1")) != fingerprint(base)
+    assert fingerprint(sample_key_base(identity, "g2")) != fingerprint(base)  # other generating code
     per_item = {**identity, "gen": {**identity["gen"], "sampler": "torch-rng-per-item-v1"}}  # i depends on n there
-    assert sample_key_base(per_item)["gen"]["n_samples"] == 4
+    assert sample_key_base(per_item, "g1")["gen"]["n_samples"] == 4
+
+
+def test_the_key_holds_the_resolved_sandbox_mode_never_auto():
+    identity = {"model": {"name": "m"}, "compression": {}, "backend": {}, "gen": {}, "harness": None,
+                "task": {"name": "livecodebench", "sandbox": "auto", "python": None}}
+    setup = {"sandbox": "bwrap", "python": "/usr/bin/python3", "interpreter": ["/usr/bin/python3.11", 1, 2]}
+    task = sample_key_base(identity, "g", setup)["task"]
+    assert task["sandbox"] == "bwrap" and task["python"] == "/usr/bin/python3" and "interpreter" not in task
+    process = sample_key_base(identity, "g", {**setup, "sandbox": "process"})
+    assert fingerprint(process) != fingerprint(sample_key_base(identity, "g", setup))

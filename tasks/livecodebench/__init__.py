@@ -71,6 +71,20 @@ def validate(cfg: Any) -> None:
     modes.resolve(settings.sandbox, settings.python)
 
 
+def grading_setup(cfg: Any) -> dict[str, Any]:
+    """What decides a verdict besides the code: the sandbox mode ``task.sandbox`` resolves to (``auto`` is never
+    recorded) and the interpreter that runs the programs (its path, and the real file's size and mtime)."""
+    import os
+
+    from tasks.livecodebench import modes
+
+    settings = GradeSettings.from_cfg(cfg)
+    iso = modes.resolve(settings.sandbox, settings.python)
+    real = os.path.realpath(iso.python)
+    st = os.stat(real)
+    return {"sandbox": iso.mode, "python": iso.python, "interpreter": [real, st.st_size, st.st_mtime_ns]}
+
+
 def prompt(item: Problem, model_cfg: Any, *, cfg: Any = None, tokenizer: Any = None) -> Prompt:
     """The official prompt for the model family (``task.prompt_style``)."""
     return build_prompt(item, str(cfg_get(cfg, "prompt_style", "auto")), cfg_get(model_cfg, "family"),

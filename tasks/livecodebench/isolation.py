@@ -24,9 +24,10 @@ Two modes (``task.sandbox``):
 Both modes: each sandbox is one cgroup (:mod:`tasks.livecodebench.cgroup`: CPU time, memory and tasks of every
 process in it, reaped or not; where none can be made, per-process limits and one warning), each phase of a program
 is timed on that CPU clock (``sandbox.py``), the program starts on a fresh session keyring, its fd 2 is a pipe, and
-the seccomp filter refuses memory outside the limits (``memfd_create``, ``memfd_secret``, ``shmget``), keyrings and
-new user namespaces; on machines other than x86-64 and aarch64 no filter is built (``memory_counts_memfd_and_shm``
-is then missing from the guarantees).
+the seccomp filter refuses memory outside the limits (``memfd_create``, ``memfd_secret``, ``shmget``), keyrings,
+new user namespaces and the rest of Docker's default deny list (:mod:`tasks.livecodebench.seccomp`); on machines
+other than x86-64 and aarch64 no filter is built (``memory_counts_memfd_and_shm`` is then missing from the
+guarantees).
 
 ``auto`` picks ``bwrap`` when a probe run succeeds and otherwise ``process``, with one loud warning.
 """

@@ -1,0 +1,107 @@
+"""The identities of the code that generated a row and of the code that graded it.
+
+* **Generation** (``generation_id``): a hash of the source files that decide tokens: the compression core
+  (``snapstream_core/``), the backends (``evals/backends/``), model loading (``evals/models.py``), prompt records
+  (``evals/prompts.py``), the shared prompt helpers (``tasks/base.py``) and the task's prompt building (the files
+  that define its ``prompt`` and ``followup`` and, in a package, its ``prompts.py``), plus the versions of torch
+  and transformers. The git commit, when there is one, is recorded beside it (``generation_commit``) but is not
+  part of it: a commit that changes none of these files generates the same tokens.
+* **Grading** (``grading_id``): a hash of every source file of the task (its module, or all of its package), the
+  task interface (``tasks/protocol.py``, ``tasks/base.py``) and what the task says decides a verdict besides its
+  code (the optional hook ``grading_setup(cfg)``: LiveCodeBench's resolved sandbox mode and interpreter).
+
+A row of the sample cache or of a resumed run directory is reused only under this process's generation identity,
+and re-graded when its grading identity differs (:mod:`evals.runner`). The source hashes are computed once per
+process and task (a few hundred KiB read); the grading setup once per run.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import json
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from tasks.protocol import hook
+
+REPO = Path(__file__).resolve().parent.parent
+GENERATION_SOURCES = ("snapstream_core", "evals/backends", "evals/models.py", "evals/prompts.py", "tasks/base.py")
+GRADING_SOURCES = ("tasks/protocol.py", "tasks/base.py")
+GENERATION_PACKAGES = ("torch", "transformers")
+
+
+def _python_files(entry: Path) -> list[Path]:
+    return sorted(entry.rglob("*.py")) if entry.is_dir() else [entry] if entry.is_file() else []
+
+
+def sources_sha256(paths: list[Path]) -> str:
+    """sha256 over the files' paths (relative to the repository) and contents, in sorted order."""
+    h = hashlib.sha256()
+    for path in sorted(set(paths)):
+        name = str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+        h.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def _task_files(task: Any) -> list[Path]:
+    """Every source file of the task: its package's files, or its module's."""
+    path = Path(inspect.getsourcefile(task) or "")
+    return _python_files(path.parent) if path.name == "__init__.py" else [path]
+
+
+def _prompt_files(task: Any) -> list[Path]:
+    """The files that build the task's prompts: where ``prompt`` and ``followup`` are defined, and ``prompts.py``
+    beside a package's ``__init__.py``."""
+    files = []
+    for name in ("prompt", "followup"):
+        fn = hook(task, name) if name != "prompt" else task.prompt
+        if fn is not None:
+            files.append(Path(inspect.getsourcefile(fn) or ""))
+    module = Path(inspect.getsourcefile(task) or "")
+    if module.name == "__init__.py" and (module.parent / "prompts.py").is_file():
+        files.append(module.parent / "prompts.py")
+    return [f for f in files if f.is_file()]
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+@functools.lru_cache(maxsize=16)
+def generation_id(task: Any) -> str:
+    """The generation identity of rows of ``task`` (16 hex digits), computed once per process and task."""
+    files = [f for entry in GENERATION_SOURCES for f in _python_files(REPO / entry)] + _prompt_files(task)
+    versions = {p: _version(p) for p in GENERATION_PACKAGES}
+    blob = json.dumps({"sources": sources_sha256(files), "versions": versions}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=16)
+def _grading_sources(task: Any) -> str:
+    return sources_sha256(_task_files(task) + [REPO / f for f in GRADING_SOURCES])
+
+
+def grading_setup(task: Any, task_cfg: Any) -> dict[str, Any]:
+    """What decides the task's verdicts besides its code (the task's ``grading_setup`` hook; ``{}`` without it)."""
+    setup = hook(task, "grading_setup")
+    return dict(setup(task_cfg)) if setup is not None else {}
+
+
+def grading_id(task: Any, setup: dict[str, Any]) -> str:
+    """The grading identity (16 hex digits) of ``task`` under ``setup`` (:func:`grading_setup`)."""
+    blob = json.dumps({"sources": _grading_sources(task), "setup": setup}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=1)
+def commit() -> str | None:
+    """The harness's git commit (None outside a git checkout), read once per process."""
+    from evals.rundir import git_commit
+
+    return git_commit()

@@ -1,0 +1,101 @@
+"""The sandbox's system-call filter (:mod:`tasks.livecodebench.seccomp`): the filter program, run on a classic-BPF
+interpreter for both architectures, answers each listed call as documented and allows the rest; inside the sandbox
+io_uring, userfaultfd, message queues, inotify, kcmp, file handles, mounts and persona changes fail with their
+errno, while numpy, pandas and scipy still import and compute."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from lcb_helpers import MODES
+from test_hostile_sandbox3 import needs_filter, output_of
+
+from tasks.livecodebench import seccomp
+
+ALLOW, KILL = 0x7FFF0000, 0x80000000
+ENOSYS, EPERM = 0x00050000 | 38, 0x00050000 | 1
+
+
+def run_filter(prog: bytes, nr: int, arch: int, arg0: int = 0) -> int:
+    """The action classic BPF ``prog`` returns for a call (``struct seccomp_data``: nr, arch, ip, args)."""
+    data = struct.pack("<iIQ6Q", nr, arch, 0, arg0, 0, 0, 0, 0, 0)
+    insns = [struct.unpack("=HBBI", prog[i:i + 8]) for i in range(0, len(prog), 8)]
+    acc, pc = 0, 0
+    while True:
+        code, jt, jf, k = insns[pc]
+        if code == 0x20:  # BPF_LD | BPF_W | BPF_ABS
+            acc = struct.unpack_from("<I", data, k)[0]
+        elif code == 0x06:  # BPF_RET | BPF_K
+            return k
+        else:
+            taken = {0x15: acc == k, 0x35: acc >= k, 0x45: bool(acc & k)}[code]
+            pc += jt if taken else jf
+        pc += 1
+
+
+ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
+# calls a graded program makes (x86-64, aarch64): read, write, mmap, openat, futex, getrandom, sched_getaffinity
+ORDINARY = {"x86_64": (0, 1, 9, 257, 202, 318, 204), "aarch64": (63, 64, 222, 56, 98, 278, 123)}
+
+
+@pytest.mark.parametrize("machine", sorted(ARCH))
+def test_the_filter_answers_each_listed_call(machine):
+    prog = seccomp.filter_bytes(machine)
+    arm = machine == "aarch64"
+    run = lambda name, arg0=0: run_filter(prog, seccomp.syscall_number(name, machine), ARCH[machine], arg0)  # noqa: E731
+    named = [n for n in seccomp.ABSENT + seccomp.PRIVILEGED if seccomp.syscall_number(n, machine) is not None]
+    assert {"io_uring_setup", "userfaultfd", "msgget", "mq_open", "kcmp", "name_to_handle_at", "mount",
+            "ptrace", "bpf"} <= set(named)
+    for name in seccomp.ABSENT:
+        if seccomp.syscall_number(name, machine) is not None:
+            assert run(name) == ENOSYS, name
+    for name in seccomp.PRIVILEGED:
+        if seccomp.syscall_number(name, machine) is not None:
+            assert run(name) == EPERM, name
+    for persona in seccomp.PERSONAS:
+        assert run("personality", persona) == ALLOW, persona
+    assert run("personality", 0x0040000) == EPERM  # ADDR_NO_RANDOMIZE
+    assert run("personality", 0x0400000) == EPERM  # READ_IMPLIES_EXEC
+    assert run("clone", 0x10000000 | 0x11) == EPERM and run("clone", 0x3D0F00) == ALLOW  # thread flags
+    assert run("unshare", 0x10000000) == EPERM
+    for nr in ORDINARY[machine]:
+        assert run_filter(prog, nr, ARCH[machine]) == ALLOW, nr
+    assert run_filter(prog, 0, ARCH["aarch64" if not arm else "x86_64"]) == KILL
+    if not arm:
+        assert run_filter(prog, 0x40000000 | 1, ARCH[machine]) == ENOSYS  # x32
+
+
+SYSCALLS = """import ctypes, errno
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def call(nr, *args):
+    ctypes.set_errno(0)
+    r = libc.syscall(nr, *[ctypes.c_long(a) for a in args])
+    return errno.errorcode.get(ctypes.get_errno(), 'OK') if r < 0 else 'OK'
+buf = ctypes.create_string_buffer(256)
+print(' '.join([call({io_uring_setup}, 4, ctypes.addressof(buf)), call({userfaultfd}, 0), call({msgget}, 0, 0o1600),
+    call({mq_open}, ctypes.addressof(ctypes.create_string_buffer(b'q')), 0o100 | 2, 0o600, 0),
+    call({kcmp}, 1, 1, 0, 0, 0), call({inotify_init1}, 0),
+    call({name_to_handle_at}, -100, ctypes.addressof(ctypes.create_string_buffer(b'/')), ctypes.addressof(buf),
+         ctypes.addressof(ctypes.create_string_buffer(8)), 0),
+    call({mount}, 0, 0, 0, 0, 0), call({personality}, 0x0040000), call({personality}, 0xFFFFFFFF)]))"""
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_program_meets_the_closed_calls(mode):
+    needs_filter()
+    names = ("io_uring_setup", "userfaultfd", "msgget", "mq_open", "kcmp", "inotify_init1", "name_to_handle_at",
+             "mount", "personality")
+    code = SYSCALLS.format(**{n: seccomp.syscall_number(n) for n in names})
+    assert output_of(mode, code) == " ".join(["ENOSYS"] * 7 + ["EPERM", "EPERM", "OK"])
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_numpy_pandas_and_scipy_still_work(mode):
+    pytest.importorskip("scipy")
+    code = ("import numpy as np, pandas as pd\nfrom scipy import linalg, optimize\n"
+            "a = np.arange(12.0).reshape(3, 4)\ndf = pd.DataFrame(a).groupby(0).sum()\n"
+            "x = linalg.solve(np.eye(3) * 2, np.ones(3))\nr = optimize.brentq(lambda t: t * t - 2, 0, 2)\n"
+            "print(int(a.sum()), int(df.values.sum()), float(x[0]), round(r, 6))")
+    assert output_of(mode, code, timeout_s=20.0, memory_mb=2048) == "66 54 0.5 1.414214"
