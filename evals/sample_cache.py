@@ -9,9 +9,9 @@ its content). ``gen.n_samples`` is left out where sample ``i`` does not depend o
 counter-based noise keyed on (seed, item, sample, step)).
 
 Storage: one SQLite database (``samples.sqlite``, write-ahead log, as lm-eval's own response cache is a SQLite
-dictionary): a sample is one row of the table ``samples`` under its primary key (item key, sample index), a prompt
+dictionary): a sample is one row of the table ``samples`` under its unique key (item key, sample index), a prompt
 record one row of ``prompts``; each store is one transaction, so concurrent writers wait for each other and a writer
-killed mid-write loses only the sample in flight. A lookup reads only the run's keys (the primary-key index): its
+killed mid-write loses only the sample in flight. A lookup reads only the run's keys (the index): its
 time and memory depend on the run, not on the size of the cache.
 
 Trust: the folder (``<out_root>/.sample_cache`` made absolute once per run, or ``$SNAPSTREAM_SAMPLE_CACHE``) must be
@@ -28,13 +28,13 @@ import json
 import logging
 import os
 import sqlite3
-import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from evals.identity import SAMPLERS, items_sha256
+from evals.private_files import untrusted
 from evals.rows import check_measured
 
 log = logging.getLogger(__name__)
@@ -47,10 +47,11 @@ FORMAT = 2
 APPLICATION_ID = 0x534E5343  # "SNSC", in the database header: a file of another program is not read
 OFF = ("off", "0", "false", "no")  # values of $SNAPSTREAM_SAMPLE_CACHE that turn the cache off
 BUSY_TIMEOUT_S = 60.0
+# rowid tables with a unique index (rows hold whole completions: too large for WITHOUT ROWID's B-tree)
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS samples (key TEXT NOT NULL, sample_idx INTEGER NOT NULL, item_id TEXT NOT NULL, "
-    "row TEXT NOT NULL, PRIMARY KEY (key, sample_idx)) WITHOUT ROWID",
-    "CREATE TABLE IF NOT EXISTS prompts (hash TEXT PRIMARY KEY, record TEXT NOT NULL) WITHOUT ROWID",
+    "row TEXT NOT NULL, UNIQUE (key, sample_idx))",
+    "CREATE TABLE IF NOT EXISTS prompts (hash TEXT NOT NULL UNIQUE, record TEXT NOT NULL)",
 )
 
 
@@ -82,19 +83,6 @@ def _digest(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def _untrusted(path: Path, st: os.stat_result, kind: str) -> str | None:
-    """Why ``path`` cannot be trusted (not a ``kind``, a link, another owner, writable by others), or None."""
-    if stat.S_ISLNK(st.st_mode):
-        return "is a symbolic link"
-    if kind == "folder" and not stat.S_ISDIR(st.st_mode) or kind == "file" and not stat.S_ISREG(st.st_mode):
-        return f"is not a {kind}"
-    if st.st_uid != os.geteuid():
-        return f"is owned by uid {st.st_uid}, not by this user ({os.geteuid()})"
-    if st.st_mode & 0o022:
-        return f"is writable by others (mode {stat.S_IMODE(st.st_mode):o})"
-    return None
-
-
 def _check_place(root: Path) -> str | None:
     """Make ``root`` (mode 0700) and the database file (0600) if missing; why they cannot be trusted, or None."""
     try:
@@ -104,7 +92,7 @@ def _check_place(root: Path) -> str | None:
                 os.mkdir(root, 0o700)
             except FileExistsError:
                 pass
-        why = _untrusted(root, os.lstat(root), "folder")
+        why = untrusted(root, os.lstat(root), "folder")
         if why:
             return f"the folder {root} {why}"
         db = root / DBNAME
@@ -113,7 +101,7 @@ def _check_place(root: Path) -> str | None:
         except FileExistsError:
             pass
         for path in (db, root / f"{DBNAME}-wal", root / f"{DBNAME}-shm"):
-            if os.path.lexists(path) and (why := _untrusted(path, os.lstat(path), "file")):
+            if os.path.lexists(path) and (why := untrusted(path, os.lstat(path), "file")):
                 return f"{path} {why}"
     except OSError as exc:
         return f"{root}: {exc.strerror or exc}"
