@@ -22,12 +22,12 @@ BASE_COLUMNS = ["run_id", "fingerprint", "model", "weights", "task", "item_id", 
 MEASURE_COLUMNS = [
     "seed", "prompt_tokens", "truncated", "gen_tokens", "finish_reason", "thinking_closed",
     "kv_tokens_peak", "kv_bytes_peak", "compressed", "kv_tokens_mean", "latency_s", "prompt_hash",
-    "prediction", "answer", "correct",
+    "generation_id", "generation_commit", "grading_id", "prediction", "answer", "correct",
 ]  # fmt: skip
 
 
 # Columns the runner writes besides the knobs (long texts, provenance) and the compression node's own keys.
-OTHER_COLUMNS = ("completion", "completions", "prompt", "same_as", "cached_from", "tag")
+OTHER_COLUMNS = ("completion", "completions", "prompt", "same_as", "cached_from", "regraded_from", "tag")
 
 
 def check_knob_names() -> None:
