@@ -108,20 +108,33 @@ def _check_place(root: Path) -> str | None:
     return None
 
 
+def _header(conn: sqlite3.Connection) -> tuple[int, int, int]:
+    """(application_id, user_version, number of schema entries) of an open database."""
+    app, fmt = (conn.execute(f"PRAGMA {p}").fetchone()[0] for p in ("application_id", "user_version"))
+    return app, fmt, conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+
+
+def _check_header(app: int, fmt: int, tables: int) -> bool:
+    """Whether the database is new and empty (True) or this cache's (False); raises ``ValueError`` otherwise."""
+    if (app, fmt) == (0, 0) and tables == 0:
+        return True
+    if (app, fmt) != (APPLICATION_ID, FORMAT):
+        raise ValueError(f"not a sample cache of this format (application_id {app}, user_version {fmt})")
+    return False
+
+
 def _connect(db: Path) -> sqlite3.Connection:
-    """Open the cache's database (raises ``sqlite3.Error`` for a damaged one, ``ValueError`` for a foreign one)."""
+    """Open the cache's database (raises ``sqlite3.Error`` for a damaged one, ``ValueError`` for a foreign one,
+    which is refused before anything is written to it)."""
     conn = sqlite3.connect(db, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
     try:
+        _check_header(*_header(conn))
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")  # with WAL: a killed process loses no committed transaction
-        conn.execute("BEGIN IMMEDIATE")
-        app, fmt = (conn.execute(f"PRAGMA {p}").fetchone()[0] for p in ("application_id", "user_version"))
-        tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
-        if (app, fmt) == (0, 0) and tables == 0:  # a new, empty database: ours from now on
+        conn.execute("BEGIN IMMEDIATE")  # again under the write lock: two jobs may have found it new
+        if _check_header(*_header(conn)):
             conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
             conn.execute(f"PRAGMA user_version={FORMAT}")
-        elif (app, fmt) != (APPLICATION_ID, FORMAT):
-            raise ValueError(f"not a sample cache of this format (application_id {app}, user_version {fmt})")
         for statement in SCHEMA:
             conn.execute(statement)
         conn.execute("COMMIT")

@@ -136,6 +136,9 @@ def test_a_damaged_or_foreign_database_costs_one_warning(tmp_path, caplog):
             assert SampleCache.open(root, BASE) is None
         assert len(caplog.records) == 1 and str(root / DBNAME) in caplog.records[0].getMessage()
         assert "\n" not in caplog.records[0].getMessage()
+        if content is None:  # another program's database is left as it was (not switched to WAL)
+            with sqlite3.connect(root / DBNAME) as conn:
+                assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
 
 
 def test_a_row_nested_too_deep_or_cut_is_not_found(tmp_path):
