@@ -201,3 +201,15 @@ def test_compressed_references_carry_a_setup_diff():
     assert table["ours"].iloc[0] == "7.5 ± 2.0 [2.0, 20.0]"
 
 
+
+
+def test_a_bounded_lm_eval_metric_keeps_its_interval_in_range():
+    """lm-eval's median-aggregated 0/1 metric: value 0 with a stderr of 0.487 gets [0, 0.955], not [-0.955, 0.955];
+    a metric without known bounds keeps the plain normal interval."""
+    from evals.summary import fold_own_stderr
+
+    point = pd.DataFrame({"metric": ["exact_match,none", "exact_match_stderr,none", "perplexity,none",
+                                     "perplexity_stderr,none"], "group": ["all"] * 4, "value": [0.0, 0.487, 3.0, 4.0]})
+    out = fold_own_stderr(point).set_index("metric")
+    assert out.loc["exact_match,none", ["ci_lo", "ci_hi"]].tolist() == pytest.approx([0.0, 0.487 * 1.959963984540054])
+    assert out.loc["perplexity,none", "ci_lo"] == pytest.approx(3.0 - 4.0 * 1.959963984540054)

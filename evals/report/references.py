@@ -45,7 +45,8 @@ RATE_UNITS = ("%", "percent", "")  # what evals.summary writes for a rate; "perc
 SETUP_PATHS = {"samples": "gen.n_samples", "temperature": "gen.temperature", "top_p": "gen.top_p",
                "max_new_tokens": "gen.max_new_tokens"}
 CAPS = ("none", "prompt", "cache")  # snapstream_core.methods.base.BUDGET_CAPS, as the yaml may spell them
-COLUMNS = ["model", "task", "method", "prompt_budget", "cap", "ref_budget", "ref_cap", "metric", "group", "value", "stderr", "n", "reference",
+COLUMNS = ["model", "task", "method", "prompt_budget", "cap", "ref_budget", "ref_cap", "metric", "group", "value",
+           "stderr", "n", "reference",
            "ref_stderr", "ref_ci_lo", "ref_ci_hi", "ref_n_items", "ref_samples", "delta", "z", "outside", "subset",
            "comparable", "not_comparable", "setup_diff", "source", "run"]
 MISSING = object()
@@ -108,6 +109,11 @@ def _cap_words(cap: str) -> str:
 
 def _budget(budget: float) -> str:
     return "none" if math.isnan(budget) else str(int(budget))
+
+
+def budget_text(budget: float, method: str) -> str:
+    """``512 (prompt)``: a budget with what it caps for ``method``; ``full`` without a budget."""
+    return "full" if math.isnan(_float(budget)) else f"{int(budget)} ({method_cap(method)})"
 
 
 def budget_label(method: str, budget: float, cap: str | None = None) -> str:
