@@ -29,8 +29,8 @@ null hypothesis is ``loss >= margin``; rejecting it at level ``alpha`` shows ``l
   :data:`ORDERS` fixed orders (the answer does not hang on one order) and ``p = min(1, 1 / K)`` is valid by
   Markov's inequality, at every ``n``, whatever the spread: equal differences are no evidence until enough items
   bet on them (36 unchanged items for a 10-point margin, 73 for 5 points: the 0/1 test needs 40 and 81). No
-  variance estimate can be 0, and no normal approximation is made. The paired t-test it replaces called 2 items x
-  2 samples with equal differences safe (p = 0).
+  variance estimate can be 0, and no normal approximation is made (a paired t-test sees zero spread in 2 items x 2
+  samples with equal differences and answers p = 0).
 - **Scores outside** ``[0, scale]`` (a metric without bounds): the one-sided paired t-test on ``d_i = b_i - a_i``
   (:func:`p_paired_t`), asymptotic only, named as such in the result.
 

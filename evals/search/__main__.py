@@ -84,8 +84,9 @@ def _combos(rest: list[str], opts: SearchOptions) -> list[list[str]]:
                 try:
                     cfg = _compose(combo)
                     check_searchable(cfg)
-                    if cfg.model.get("max_context") is not None:
-                        opts.check_context(int(cfg.model.max_context), str(cfg.model.name))
+                    context = cfg.model.get("max_context") or (cfg.model.get("shape") or {}).get("max_positions")
+                    if context is not None:
+                        opts.check_context(int(context), str(cfg.model.name))
                     for b in opts.budgets or ():  # each given budget, as its run will be checked
                         check(_compose([*combo, f"compression.prompt_budget={b}"]), offline=True)
                 except Exception as exc:  # ValueError, or Hydra's composition errors
