@@ -34,7 +34,8 @@ null hypothesis is ``loss >= margin``; rejecting it at level ``alpha`` shows ``l
 - **Scores outside** ``[0, scale]`` (a metric without bounds): the one-sided paired t-test on ``d_i = b_i - a_i``
   (:func:`p_paired_t`), asymptotic only, named as such in the result.
 
-Both take arrays (one test per element), so a simulation of thousands of searches is one call.
+Every p-value function takes arrays (one test per element or row; :func:`p_items` picks the test per row), so a
+simulation of thousands of searches is one call.
 """
 
 from __future__ import annotations
