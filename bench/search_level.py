@@ -1,10 +1,10 @@
 """The level of the budget search's test on simulated designs, beyond what the test suite can afford.
 
-``python -m bench.search_level [--searches 20000] [--margins 0.05,0.1,0.3]``: for every design of 2..30 items x 1, 2,
+``python -m bench.search_level [--searches 10000] [--margins 0.05,0.1,0.3]``: for every design of 2..30 items x 1, 2,
 4, 8, 16 samples of 0/1 outcomes, with every item's expected loss equal to the margin (items all-or-nothing, uniform,
 or skewed: a fifth-or-so of the items lose five margins), the share of simulated tests that call the budget safe,
-with the search's test (:func:`evals.noninferiority.p_items`) beside the paired t-test it replaces; then the issue's
-case (3 items x 4 samples, a true loss of 15 points against a 10-point margin). One line per worst case; the
+with the search's test (:func:`evals.noninferiority.p_items`) beside a paired t-test; then a loss above the margin
+(3 items x 4 samples, a true loss of 15 points against a 10-point margin). One line per worst case; the
 promise is a rate at most alpha + 3 Monte-Carlo standard errors. Then the power: the share of searches that show a
 10-point margin when nothing is lost (items' pass rates uniform in 30..90%), by items and samples per item.
 """
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
                     worst_t = max(worst_t, (t, (n, k, scenario)), key=lambda w: w[0])
         log.info("margin %g: worst false-safe rate %.4f at %s (bound %.4f); paired t %.4f at %s", margin,
                  worst[0], worst[1], bound, worst_t[0], worst_t[1])
-    ours, t = rates(rng, "all_or_nothing", 3, 4, 0.15, 0.10, size)  # the issue's case
+    ours, t = rates(rng, "all_or_nothing", 3, 4, 0.15, 0.10, size)
     log.info("3 items x 4 samples, true loss 15 points, margin 10: safe in %.4f (paired t %.4f)", ours, t)
     for k in (4, 8, 64):
         for n in (30, 60, 120):
