@@ -139,18 +139,24 @@ AIME_SNAPKV = {"model": "r1_distill_llama_8b", "task": "aime24", "metric": "pass
 
 
 def test_a_whole_cache_reference_is_not_comparable_with_a_prompt_budget():
-    """TriAttention's SnapKV at 512 caps the whole cache while decoding; our snapkv at 512 caps the prompt: listed
-    as not comparable with that reason, no Δ, never OUTSIDE, and the cap shown beside each budget."""
-    rows = reference_rows(summary([{**AIME_SNAPKV, "value": 30.0, "prompt_budget": 512}]), identities=AIME_RUN)
+    """A SnapKV figure at 512 entries for the whole cache while decoding (TriAttention's) beside our snapkv at 512,
+    which caps the prompt: not comparable with that reason, no Δ, never OUTSIDE, the cap shown beside each budget."""
+    whole = _refs(method="snapkv", budget=512.0, cap="cache")
+    rows = reference_rows(summary([{**AIME_SNAPKV, "value": 30.0, "prompt_budget": 512}]), whole, AIME_RUN)
     assert rows["reference"].tolist() == [5.0] and not rows["comparable"].any()
     why = rows["not_comparable"].iloc[0]
     assert "caps the prompt here, the whole cache while decoding in the published figure" in why
     assert math.isnan(rows["delta"].iloc[0]) and not rows["outside"].any()
     assert rows[["cap", "ref_cap"]].iloc[0].tolist() == ["prompt", "cache"]
-    table = reference_table(summary([{**AIME_SNAPKV, "value": 30.0, "prompt_budget": 512}]), AIME_RUN)
+    table = reference_table(summary([{**AIME_SNAPKV, "value": 30.0, "prompt_budget": 512}]), AIME_RUN, whole)
     assert table["method"].tolist() == ["snapkv @ 512 (prompt)"]
     assert table["check"].iloc[0].startswith("NOT COMPARABLE: budget caps the prompt here")
     assert "512 (cache)" in table["published"].iloc[0]
+    shipped = load_references()  # no shipped entry at a whole-cache budget is ever compared with prompt-only snapkv
+    for ref in shipped[shipped["cap"] == "cache"].itertuples():
+        ours = reference_rows(summary([{**AIME_SNAPKV, "model": ref.model, "task": ref.task, "metric": ref.metric,
+                                        "group": ref.group, "prompt_budget": ref.budget}]), identities=AIME_RUN)
+        assert not ours["comparable"].any()
 
 
 def test_a_reference_compares_only_at_the_same_method_budget_and_cap():
@@ -182,6 +188,8 @@ def test_a_compressed_reference_must_state_its_budget_and_cap(tmp_path):
                     "     samples: 1, source: s, method: snapkv, budget: 512}\n", encoding="utf-8")
     with pytest.raises(ValueError, match="entry 0: a compressed entry needs budget .* and cap"):
         load_references(path)
+    path.write_text(path.read_text().replace("budget: 512}", "prompt_budget: 512, cap: cache}"))
+    assert load_references(path)[["budget", "cap"]].iloc[0].tolist() == [512.0, "cache"]
     refs = load_references()
     compressed = refs[refs["method"] != "none"]
     assert compressed["cap"].isin(["prompt", "cache"]).all() and compressed["budget"].notna().all()

@@ -1,14 +1,14 @@
 """Published references beside our runs: does the setup reproduce the paper, before and after compression?
 
-The figures live in one data file, ``evals/report/references.yaml``, one entry per number with its source. An entry
-is set beside a summary row with the same ``model``, ``task``, ``metric``, ``group`` and ``method`` (default
-``none``, the full cache). A compressed entry states its ``budget`` (KV entries per layer and KV head) and its
-``cap``, what that budget bounds (:data:`snapstream_core.methods.base.BUDGET_CAPS`: ``prompt``, the prompt's entries
-with every generated token appended; ``cache``, the whole cache while decoding); our run's cap is its method's
-``CompressionMethod.budget_cap``. Only the same budget and the same cap compare: otherwise the row is **not
-comparable**, with the reason (a figure at 512 whole-cache entries says nothing about 512 prompt entries, which on a
-short prompt keep every token). Models are matched by their config name, so the smoke models never match. Rates are
-compared in percent: the unit ``evals.summary`` writes (``%``), or a row without a unit.
+The figures live in one data file, ``evals/report/references.yaml``, one entry per number with its source. An entry is
+set beside a summary row with the same ``model``, ``task``, ``metric``, ``group`` and ``method`` (default ``none``, the
+full cache). A compressed entry states its ``budget`` (KV entries per layer and KV head; the key ``prompt_budget`` is
+read as the same field) and its ``cap``, what that budget bounds (:data:`snapstream_core.methods.base.BUDGET_CAPS`:
+``prompt``, the prompt's entries with every generated token appended; ``cache``, the whole cache while decoding); our
+run's cap is its method's ``CompressionMethod.budget_cap``. Only the same budget and the same cap compare: otherwise the
+row is **not comparable**, with the reason (a figure at 512 whole-cache entries says nothing about 512 prompt entries,
+which on a short prompt keep every token). Models are matched by their config name, so the smoke models never match.
+Rates are compared in percent: the unit ``evals.summary`` writes (``%``), or a row without a unit.
 
 Protocol. An entry's ``protocol`` names settings that change *what* the figure measures (LongBench-v2 with or without
 chain of thought), as dotted paths into the run's identity (``meta.json``). A run whose setting differs, or that has
@@ -73,10 +73,15 @@ def load_references(path: str | Path = REFERENCES_FILE) -> pd.DataFrame:
             if not isinstance(entry.get(key, {}), dict):
                 raise ValueError(f"{path}: entry {i}: {key} must be a mapping")
         method = str(entry.get("method", "none"))
-        budget, cap = entry.get("budget"), entry.get("cap", "none" if method == "none" else None)
+        budget, cap = entry.get("budget", entry.get("prompt_budget")), entry.get("cap", "none" if method == "none"
+                                                                                 else None)
+        if "budget" in entry and "prompt_budget" in entry and entry["budget"] != entry["prompt_budget"]:
+            raise ValueError(f"{path}: entry {i}: budget and prompt_budget (the same field) differ")
         if method != "none" and (budget is None or cap not in CAPS[1:]):
             raise ValueError(f"{path}: entry {i}: a compressed entry needs budget (KV entries) and cap "
                              f"(prompt or cache: what the budget bounds), got budget {budget!r}, cap {cap!r}")
+        if method == "none" and (cap != "none" or budget is not None):
+            raise ValueError(f"{path}: entry {i}: a full-cache entry (method none) has no budget and cap none")
         out.append({**{f: entry[f] for f in fields}, "method": method,
                     "budget": math.nan if budget is None else float(budget), "cap": str(cap),
                     "protocol": dict(entry.get("protocol") or {}), "setup": dict(entry.get("setup") or {})})
@@ -248,10 +253,12 @@ def reference_rows(summary: pd.DataFrame, references: pd.DataFrame | None = None
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def reference_table(summary: pd.DataFrame, identities: dict[str, dict] | None = None) -> pd.DataFrame:
-    """:func:`reference_rows` formatted for the report: ``ours ± se [95% CI]`` beside ``published ± se [95%
-    interval]``, Δ, a check (within / OUTSIDE / NOT COMPARABLE), the setup diff, the source."""
-    rows = reference_rows(summary, identities=identities)
+def reference_table(summary: pd.DataFrame, identities: dict[str, dict] | None = None,
+                    references: pd.DataFrame | None = None) -> pd.DataFrame:
+    """:func:`reference_rows` formatted for the report: ``ours ± se [95% CI]`` beside ``published [Wilson 95%] (n,
+    budget (cap))``, Δ, a check (within / OUTSIDE / NOT COMPARABLE), the setup diff, the source. ``references``:
+    the entries (default: :func:`load_references`)."""
+    rows = reference_rows(summary, references, identities)
     if rows.empty:
         return pd.DataFrame()
 
