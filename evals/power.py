@@ -256,6 +256,9 @@ def main(argv: list[str] | None = None) -> int:
         print(table.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
     print(f"\nitems for a one-sided non-inferiority test (loss < {args.max_loss:g}) at alpha {args.alpha:g} with "
           f"{args.power:.0%} power if the true loss is {args.true_loss:g}; sd from the pilot's paired differences")
+    if any(r["test"] == "paired t" for r in rows):
+        print("paired t rows: the paired t-test's count, a lower bound: the search tests per-item means by betting "
+              "(valid at every n), which needs more items (about twice at 4-8 samples per item: docs/search.md)")
     for r in rows:
         need, have = r["items_needed"], r["benchmark_items"]
         if have is not None and (need is None or need > have):

@@ -8,6 +8,7 @@ import logging
 import os
 import platform
 import shutil
+import stat
 import subprocess
 import time
 from collections.abc import Iterator
@@ -49,13 +50,38 @@ def run_lock(run_dir: Path) -> Iterator[None]:
 
 
 def refuse_symlinks(run_dir: Path) -> None:
-    """A run never writes through a symbolic link: a linked ``samples.jsonl`` would have the run append to (or cut
-    the torn tail of) whatever it points to. Refused before anything is written (``ValueError`` naming the path)."""
+    """A run never writes through a symbolic link, and reads and writes only regular files: a linked
+    ``samples.jsonl`` would have the run append to (or cut the torn tail of) whatever it points to; a FIFO, socket or
+    device there would block the run forever on its first read. Refused before anything is opened (``ValueError``
+    naming the path; ``os.lstat`` only: nothing at the path is opened or followed)."""
     names = (*RESULT_FILES, *(f".{n}.tmp" for n in RESULT_FILES), LOCK, ".hydra", "plots", *HYDRA_FILES)
+    folders = (".hydra", "plots")
     for name in names:
-        if (run_dir / name).is_symlink():
-            raise ValueError(f"hydra.run.dir: {run_dir / name} is a symbolic link; a run never writes through one "
+        path = run_dir / name
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            continue
+        if stat.S_ISLNK(mode):
+            raise ValueError(f"hydra.run.dir: {path} is a symbolic link; a run never writes through one "
                              "(remove it or choose another hydra.run.dir)")
+        if not (stat.S_ISDIR(mode) if name in folders else stat.S_ISREG(mode)):
+            raise ValueError(f"hydra.run.dir: {path} is {_kind(mode)}, not a regular "
+                             f"{'folder' if name in folders else 'file'}; a run reads and writes only those "
+                             "(remove it or choose another hydra.run.dir)")
+
+
+def _kind(mode: int) -> str:
+    """What a non-regular file is, in words (``a FIFO``, ``a socket``, ``a device``, ``a folder``)."""
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    return "not a regular file"
 
 
 def write_hydra_files(run_dir: Path, cfg: Any) -> None:

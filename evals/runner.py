@@ -147,17 +147,11 @@ def check(cfg: DictConfig, *, offline: bool = False) -> Checked:
 
 
 def _number(gen: dict[str, Any], key: str, kind: type) -> int | float:
-    """``gen.<key>`` as an int or a float; anything else raises ``ValueError`` naming the knob."""
-    value = gen[key]
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise ValueError(f"gen.{key}: must be {'an integer' if kind is int else 'a number'}, got {value!r}")
-    try:
-        number = float(value)
-        if kind is int and not number.is_integer():
-            raise ValueError
-        return int(number) if kind is int else number
-    except (ValueError, OverflowError):
-        raise ValueError(f"gen.{key}: must be {'an integer' if kind is int else 'a number'}, got {value!r}") from None
+    """``gen.<key>`` as an int or a float (:func:`evals.numbers.number`); anything else raises ``ValueError``
+    naming the knob."""
+    from evals.numbers import number
+
+    return number(gen[key], f"gen.{key}", kind)
 
 
 def _check_task_source(task: dict[str, Any]) -> None:

@@ -30,7 +30,7 @@ replicates from one matrix product over the resamples' item counts instead of a 
 terms are checked against the point value first (a mismatch is logged and that metric takes the slow path). A task
 that reports its own
 standard errors (``REPORTS_STDERR``, lm-eval's ``<metric>_stderr,<filter>`` rows) has them moved into the ``stderr``
-column with a normal interval ``value ± 1.96 stderr``.
+column with a normal interval ``value ± 1.96 stderr``, cut to [0, 1] for a metric bounded there (``UNIT_INTERVAL``).
 """
 
 from __future__ import annotations
@@ -74,6 +74,10 @@ RATE = re.compile(r"^(accuracy|compensated|answered|key_prefix|pass@\d+|cons@\d+
 BOOTSTRAP_ITERS = 200
 ItemTerms = tuple[np.ndarray, np.ndarray]  # (num, den), each (n_items,): a metric as sum(num) / sum(den)
 Z95 = 1.959963984540054
+# lm-eval metrics whose value lies in [0, 1] (lm_eval/api/metrics.py: acc, acc_norm, exact_match, f1, mcc is not):
+# their normal interval is cut to that range (a median-aggregated 0/1 metric has a stderr near 0.5)
+UNIT_INTERVAL = frozenset({"acc", "acc_norm", "acc_mutual_info", "exact_match", "em", "f1", "mc1", "mc2", "contains",
+                           "pass@1", "likelihood"})
 
 
 def identity_extra() -> list[str]:
@@ -315,7 +319,8 @@ def _binary_trials(item_terms: ItemTerms | None, value: float, n: int, est) -> t
 
 
 def fold_own_stderr(point: pd.DataFrame) -> pd.DataFrame:
-    """lm-eval's ``<metric>_stderr,<filter>`` rows moved into the ``stderr`` of ``<metric>,<filter>``."""
+    """lm-eval's ``<metric>_stderr,<filter>`` rows moved into the ``stderr`` of ``<metric>,<filter>``; the normal
+    interval ``value ± 1.96 stderr``, cut to [0, 1] for the metrics of :data:`UNIT_INTERVAL`."""
     is_se = point["metric"].str.contains(r"_stderr(?:,|$)", regex=True)
     se = {(m.replace("_stderr", "", 1), g): v for m, g, v in point[is_se][["metric", "group", "value"]].itertuples(
         index=False)}
@@ -323,6 +328,9 @@ def fold_own_stderr(point: pd.DataFrame) -> pd.DataFrame:
     out["stderr"] = [se.get((m, g), math.nan) for m, g in zip(out["metric"], out["group"])]
     out["ci_lo"] = out["value"] - Z95 * out["stderr"]
     out["ci_hi"] = out["value"] + Z95 * out["stderr"]
+    bounded = out["metric"].map(lambda m: str(m).split(",", 1)[0] in UNIT_INTERVAL)
+    out.loc[bounded, "ci_lo"] = out.loc[bounded, "ci_lo"].clip(lower=0.0)
+    out.loc[bounded, "ci_hi"] = out.loc[bounded, "ci_hi"].clip(upper=1.0)
     out["unit"] = out["metric"].map(_unit)
     out["ci_method"] = ["normal" if not math.isnan(v) else "" for v in out["stderr"]]
     return out

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from evals.noninferiority import fixed_sequence, noninferiority, p_discordant, p_paired_t
+from evals.noninferiority import BOUNDED, fixed_sequence, noninferiority, p_betting, p_discordant, p_items
 
 ALPHA = 0.05
 SEARCHES = 4000
@@ -37,16 +37,71 @@ def test_binary_items_at_the_margin_declare_a_budget_safe_at_most_alpha_of_the_t
         assert (column <= ALPHA).mean() <= _mc_bound(ALPHA, SEARCHES), g
 
 
-def test_sampled_items_at_the_margin_declare_a_budget_safe_at_most_alpha_of_the_time():
-    """pass@1 over 8 samples per item (per-item means, the paired t-test): true loss = margin at every budget."""
-    rng = np.random.default_rng(2)
-    n_items, k, margin = 60, 8, 0.10
-    q = rng.uniform(0.3, 0.9, size=(SEARCHES, K, n_items))  # each search draws its items
-    a = rng.binomial(k, q) / k
-    b = rng.binomial(k, q - margin) / k  # every item loses exactly the margin in expectation
-    d = b - a
-    p = p_paired_t(d.mean(-1), d.std(-1, ddof=1), n_items, margin)
-    assert (fixed_sequence(p, ALPHA) > 0).mean() <= _mc_bound(ALPHA, SEARCHES)
+def _sampled(rng, scenario: str, n: int, k: int, margin: float, size) -> tuple[np.ndarray, np.ndarray]:
+    """``(*size, n)`` per-item means of ``k`` 0/1 samples for the full cache and the compressed run, items drawn so
+    that the expected loss of an item is exactly ``margin``."""
+    shape = np.atleast_1d(size)
+    if scenario == "all_or_nothing":  # a share `margin` of items always lost, the rest unchanged: often all d = 0
+        lost = rng.random((*shape, n)) < margin
+        same = (rng.random((*shape, n)) < 0.5).astype(float)
+        return np.where(lost, 1.0, same), np.where(lost, 0.0, same)
+    if scenario == "uniform":  # every item loses `margin` in probability
+        qa = rng.uniform(margin, 1.0, (*shape, n))
+        qb = qa - margin
+    else:  # skewed: a share of the items loses 5 margins (at most everything), the others nothing
+        drop = min(1.0, 5 * margin)
+        qa = rng.uniform(drop, 1.0, (*shape, n))
+        qb = np.where(rng.random((*shape, n)) < margin / drop, qa - drop, qa)
+    return rng.binomial(k, qa) / k, rng.binomial(k, qb) / k
+
+
+DESIGNS = [(n, k) for n in (2, 3, 5, 10, 20, 30) for k in (1, 2, 4, 8, 16)]
+
+
+@pytest.mark.parametrize("margin", [0.1, 0.4])
+def test_every_design_declares_a_budget_safe_at_most_alpha_of_the_time(margin):
+    """2 to 30 items x 1 to 16 samples of 0/1 outcomes, every budget's true loss equal to the margin, items that are
+    all-or-nothing (the differences are often all equal), uniform or skewed: the search declares a budget safe in at
+    most alpha + 3 Monte-Carlo s.e. of the searches. With every budget at the margin, a search declares one safe
+    exactly when its first test rejects, so one test per search is simulated (the test the search runs)."""
+    rng = np.random.default_rng(4)
+    size = 2000
+    for n, k in DESIGNS:
+        for scenario in ("all_or_nothing", "uniform", "skewed"):
+            a, b = _sampled(rng, scenario, n, k, margin, size)
+            p = p_items(a, b, margin, ALPHA, one_sample=k == 1)  # (size,)
+            rate = (fixed_sequence(p[:, None], ALPHA) > 0).mean()
+            assert rate <= _mc_bound(ALPHA, size), (n, k, scenario, rate)
+
+
+def test_equal_differences_on_few_items_are_not_evidence():
+    """2 items x 2 samples, both runs identical, a 0.5-point margin: nothing shows that a loss of 0.5 points is
+    unlikely (the paired t-test saw zero spread and answered p = 0). 3 items x 4 samples losing 15 points against a
+    10-point margin: declared safe in at most alpha of the searches (the t-test: 14%)."""
+    a = np.array([50.0, 100.0])
+    res = noninferiority(a, a.copy(), margin=0.5, alpha=ALPHA, scale=100.0, one_sample=False)
+    assert not res.safe and res.p_value > 0.5 and res.test == BOUNDED
+    rng = np.random.default_rng(5)
+    a, b = _sampled(rng, "all_or_nothing", 3, 4, 0.15, SEARCHES)
+    assert (p_items(a, b, 0.10, ALPHA, one_sample=False) <= ALPHA).mean() <= _mc_bound(ALPHA, SEARCHES)
+
+
+def test_unchanged_items_show_a_loss_below_the_margin_with_enough_items():
+    """Per-item means that agree everywhere: a 10-point loss is shown unlikely only from some tens of items (as the
+    exact test with no discordant item); sampled items with no true loss are shown safe at a 10-point margin."""
+    assert p_betting(np.zeros(30), 0.10) > ALPHA and p_betting(np.zeros(40), 0.10) <= ALPHA
+    rng = np.random.default_rng(6)
+    q = rng.uniform(0.3, 0.9, size=(400, 120))
+    a, b = rng.binomial(8, q) / 8, rng.binomial(8, q) / 8
+    assert (p_items(a, b, 0.10, ALPHA, one_sample=False) <= ALPHA).mean() >= 0.8  # 120 items x 8 samples
+
+
+def test_the_test_by_betting_does_not_depend_on_how_the_items_are_listed_beyond_its_orders():
+    """The p-value is a function of the items: the same losses give the same p, and a reversed listing changes it
+    little (16 fixed orders are averaged)."""
+    loss = np.random.default_rng(7).choice([-0.25, 0.0, 0.125, 0.5], size=80, p=[0.2, 0.5, 0.2, 0.1])
+    assert p_betting(loss, 0.2) == p_betting(loss.copy(), 0.2)
+    assert p_betting(loss[::-1], 0.2) == pytest.approx(p_betting(loss, 0.2), rel=0.5)
 
 
 def test_a_known_safe_budget_is_found_in_most_searches():
@@ -71,10 +126,13 @@ def test_the_scalar_test_matches_the_vectorised_ones():
     n10 = int(((a == 100) & (b == 0)).sum())
     n01 = int(((a == 0) & (b == 100)).sum())
     assert res.test.startswith("exact") and res.p_value == pytest.approx(float(p_discordant(n10, n01, 50, 0.3, ALPHA)))
-    assert noninferiority(a, b, margin=30.0, alpha=ALPHA, scale=100.0, one_sample=False).test == "paired t"
-    half = np.where(np.arange(50) % 2 == 0, 50.0, 100.0)
-    res = noninferiority(half, half - 1.0, margin=2.0, alpha=ALPHA, scale=100.0)
-    assert res.test == "paired t" and res.safe and res.delta == pytest.approx(-1.0)
+    assert noninferiority(a, b, margin=30.0, alpha=ALPHA, scale=100.0, one_sample=False).test == BOUNDED
+    half = np.where(np.arange(400) % 2 == 0, 50.0, 100.0)
+    res = noninferiority(half, half - 1.0, margin=5.0, alpha=ALPHA, scale=100.0)
+    assert res.test == BOUNDED and res.safe and res.delta == pytest.approx(-1.0)
+    assert res.p_value == pytest.approx(float(p_betting((half - (half - 1.0)) / 100.0, 0.05)))
+    wide = noninferiority(half * 3, half * 3 - 1.0, margin=5.0, alpha=ALPHA, scale=100.0)  # beyond the scale
+    assert wide.test.startswith("paired t")
 
 
 def test_no_discordant_item_proves_a_small_loss_only_with_enough_items():

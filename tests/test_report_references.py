@@ -93,7 +93,7 @@ def test_report_sections_show_the_references(tmp_path):
     _summary, _head, tables, _deltas = _sections(tmp_path)
     title, table = tables[0]
     assert title.startswith("Published references")
-    row = table.set_index("published").filter(like="30.0 ± 2.0", axis=0).iloc[0]
+    row = table[table["published"].str.startswith("30.0 [")].iloc[0]
     assert "LongBench-v2 leaderboard" in row["source"] and row["check"] == "within"
     cot = table[table["published"].str.startswith("30.4")].iloc[0]  # the CoT figure: listed, never compared
     assert cot["check"].startswith("NOT COMPARABLE: task.cot: ours false, published true") and cot["Δ"] == "—"
@@ -123,22 +123,101 @@ def test_a_cot_run_is_never_compared_with_a_no_cot_reference():
     assert unknown["not_comparable"].str.startswith("protocol unknown").all()
 
 
-def test_compressed_references_match_on_method_and_budget_with_a_setup_diff():
-    ident = {"r": {"model": {"family": "r1"}, "gen": {"n_samples": 4, "temperature": 0.6, "max_new_tokens": 32768},
-                   "task": {"templates": {"r1": "{problem}\nPlease reason step by step, and put your final answer "
-                                                "within \\boxed{}."}},
-                   "compression": {"method": "snapkv", "prompt_budget": 512, "window": 32}}}
-    base = {"model": "r1_distill_llama_8b", "task": "aime24", "metric": "pass@1", "group": "all", "value": 7.5,
-            "n": 30, "method": "snapkv"}
-    rows = reference_rows(summary([{**base, "prompt_budget": 512}]), identities=ident)
-    assert rows["reference"].tolist() == [5.0] and rows["comparable"].all()  # SnapKV @ 512; not R-KV, not full
+def _refs(**entry) -> pd.DataFrame:
+    """A one-entry reference file's frame (load_references on a temporary yaml)."""
+    return pd.DataFrame([{"model": "r1_distill_llama_8b", "task": "aime24", "metric": "pass@1", "group": "all",
+                          "value": 5.0, "n_items": 30, "samples": 64, "source": "a paper", "protocol": {},
+                          "setup": {}, "budget": math.nan, "cap": "none", **entry}])
+
+
+AIME_RUN = {"r": {"model": {"family": "r1"}, "gen": {"n_samples": 4, "temperature": 0.6, "max_new_tokens": 32768},
+                  "task": {"templates": {"r1": "{problem}\nPlease reason step by step, and put your final answer "
+                                               "within \\boxed{}."}},
+                  "compression": {"method": "snapkv", "prompt_budget": 512, "window": 32}}}
+AIME_SNAPKV = {"model": "r1_distill_llama_8b", "task": "aime24", "metric": "pass@1", "group": "all", "value": 7.5,
+               "n": 30, "method": "snapkv"}
+
+
+def test_a_whole_cache_reference_is_not_comparable_with_a_prompt_budget():
+    """A SnapKV figure at 512 entries for the whole cache while decoding (TriAttention's) beside our snapkv at 512,
+    which caps the prompt: not comparable with that reason, no Δ, never OUTSIDE, the cap shown beside each budget."""
+    whole = _refs(method="snapkv", budget=512.0, cap="cache")
+    rows = reference_rows(summary([{**AIME_SNAPKV, "value": 30.0, "prompt_budget": 512}]), whole, AIME_RUN)
+    assert rows["reference"].tolist() == [5.0] and not rows["comparable"].any()
+    why = rows["not_comparable"].iloc[0]
+    assert "caps the prompt here, the whole cache while decoding in the published figure" in why
+    assert math.isnan(rows["delta"].iloc[0]) and not rows["outside"].any()
+    assert rows[["cap", "ref_cap"]].iloc[0].tolist() == ["prompt", "cache"]
+    table = reference_table(summary([{**AIME_SNAPKV, "value": 30.0, "prompt_budget": 512}]), AIME_RUN, whole)
+    assert table["method"].tolist() == ["snapkv @ 512 (prompt)"]
+    assert table["check"].iloc[0].startswith("NOT COMPARABLE: budget caps the prompt here")
+    assert "512 (cache)" in table["published"].iloc[0]
+    shipped = load_references()  # no shipped entry at a whole-cache budget is ever compared with prompt-only snapkv
+    for ref in shipped[shipped["cap"] == "cache"].itertuples():
+        ours = reference_rows(summary([{**AIME_SNAPKV, "model": ref.model, "task": ref.task, "metric": ref.metric,
+                                        "group": ref.group, "prompt_budget": ref.budget}]), identities=AIME_RUN)
+        assert not ours["comparable"].any()
+
+
+def test_a_reference_compares_only_at_the_same_method_budget_and_cap():
+    same = _refs(method="snapkv", budget=512.0, cap="prompt")
+    rows = reference_rows(summary([{**AIME_SNAPKV, "prompt_budget": 512}]), same, AIME_RUN)
+    assert rows["comparable"].all() and rows["delta"].tolist() == pytest.approx([2.5])
+    other = reference_rows(summary([{**AIME_SNAPKV, "prompt_budget": 1024}]), same, AIME_RUN)
+    assert not other["comparable"].any() and other["not_comparable"].iloc[0] == "budget: ours 1024, published 512"
+    streaming = reference_rows(summary([{**AIME_SNAPKV, "method": "streaming_llm", "prompt_budget": 512}]),
+                               _refs(method="streaming_llm", budget=512.0, cap="cache"), AIME_RUN)
+    assert streaming["comparable"].all()  # streaming_llm's budget caps the whole cache, as the reference's
+    assert reference_rows(summary([{**AIME_SNAPKV, "prompt_budget": 512}]), _refs(method="rkv", budget=512.0,
+                                                                                    cap="cache"), AIME_RUN).empty
+
+
+def test_published_intervals_are_wilson_inside_0_to_100():
+    """5.0 on 30 problems: the Wilson interval [1.2, 19.1], not 5.0 ± 7.8 below zero."""
+    rows = reference_rows(summary([{**AIME_SNAPKV, "method": "none", "value": 45.0}]), _refs(method="none"))
+    lo, hi = rows[["ref_ci_lo", "ref_ci_hi"]].iloc[0]
+    assert 0.0 < lo < 5.0 < hi <= 100.0 and lo == pytest.approx(1.16, abs=0.01) and hi == pytest.approx(19.05, abs=0.01)
+    full = reference_rows(summary([{**AIME_SNAPKV, "method": "none", "value": 45.0}]), _refs(method="none",
+                                                                                              value=100.0))
+    assert full["ref_ci_hi"].iloc[0] == pytest.approx(100.0) and full["ref_ci_lo"].iloc[0] < 100.0
+
+
+def test_a_compressed_reference_must_state_its_budget_and_cap(tmp_path):
+    path = tmp_path / "refs.yaml"
+    path.write_text("references:\n  - {model: m, task: t, metric: pass@1, group: all, value: 5.0, n_items: 30,\n"
+                    "     samples: 1, source: s, method: snapkv, budget: 512}\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="entry 0: a compressed entry needs budget .* and cap"):
+        load_references(path)
+    path.write_text(path.read_text().replace("budget: 512}", "prompt_budget: 512, cap: cache}"))
+    assert load_references(path)[["budget", "cap"]].iloc[0].tolist() == [512.0, "cache"]
+    refs = load_references()
+    compressed = refs[refs["method"] != "none"]
+    assert compressed["cap"].isin(["prompt", "cache"]).all() and compressed["budget"].notna().all()
+
+
+def test_compressed_references_carry_a_setup_diff():
+    rows = reference_rows(summary([{**AIME_SNAPKV, "prompt_budget": 512}]), _refs(
+        method="snapkv", budget=512.0, cap="prompt", setup={"samples": 64, "max_new_tokens": 32768,
+                                                            "temperature": None}), AIME_RUN)
     diff = rows["setup_diff"].iloc[0]
     assert "samples 4 (64)" in diff and "max_new_tokens =" in diff and "temperature 0.6 (not stated)" in diff
-    assert "budget prompt_budget=512, window=32 (512 KV tokens for the whole sequence" in diff
-    assert reference_rows(summary([{**base, "prompt_budget": 1024}]), identities=ident).empty  # another budget
-    card = reference_rows(summary([{**base, "method": "none", "value": 45.0}]), identities={
-        "r": {**ident["r"], "compression": {"method": "none"}}})
+    card = reference_rows(summary([{**AIME_SNAPKV, "method": "none", "value": 45.0}]), identities={
+        "r": {**AIME_RUN["r"], "compression": {"method": "none"}}})
     row = card[card.source.str.startswith("DeepSeek-R1 model card") & (card.reference == 50.4)].iloc[0]
     assert "template =" in row["setup_diff"] and "temperature =" in row["setup_diff"]
-    table = reference_table(summary([{**base, "prompt_budget": 512, "ci_lo": 2.0, "ci_hi": 20.0}]), ident)
-    assert table["method"].tolist() == ["snapkv @ 512"] and table["ours"].iloc[0] == "7.5 ± 2.0 [2.0, 20.0]"
+    table = reference_table(summary([{**AIME_SNAPKV, "prompt_budget": 512, "ci_lo": 2.0, "ci_hi": 20.0}]), AIME_RUN)
+    assert table["ours"].iloc[0] == "7.5 ± 2.0 [2.0, 20.0]"
+
+
+
+
+def test_a_bounded_lm_eval_metric_keeps_its_interval_in_range():
+    """lm-eval's median-aggregated 0/1 metric: value 0 with a stderr of 0.487 gets [0, 0.955], not [-0.955, 0.955];
+    a metric without known bounds keeps the plain normal interval."""
+    from evals.summary import fold_own_stderr
+
+    point = pd.DataFrame({"metric": ["exact_match,none", "exact_match_stderr,none", "perplexity,none",
+                                     "perplexity_stderr,none"], "group": ["all"] * 4, "value": [0.0, 0.487, 3.0, 4.0]})
+    out = fold_own_stderr(point).set_index("metric")
+    assert out.loc["exact_match,none", ["ci_lo", "ci_hi"]].tolist() == pytest.approx([0.0, 0.487 * 1.959963984540054])
+    assert out.loc["perplexity,none", "ci_lo"] == pytest.approx(3.0 - 4.0 * 1.959963984540054)

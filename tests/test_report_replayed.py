@@ -41,11 +41,11 @@ def test_a_replayed_r1_aime_run_shows_the_card_figure_beside_its_pass_at_1(tmp_p
     assert (ours["value"], ours["unit"], ours["n"]) == (50.0, "%", 8)
     report, _head = write_report(tmp_path / "runs")
     md = report.read_text()
-    [card] = [line for line in _reference_lines(md, "50.4 ±") if "DeepSeek-R1 model card" in line]
+    [card] = [line for line in _reference_lines(md, "50.4 [") if "DeepSeek-R1 model card" in line]
     assert "| 50.0 ±" in card and "within; subset: 8 of 30 items" in card
     assert "samples 2 (64)" in card and "template =" in card and "temperature =" in card
     page = (tmp_path / "runs" / "report.html").read_text()
-    assert "50.4 ±" in page and "DeepSeek-R1 model card" in page and "subset: 8 of 30 items" in page
+    assert "50.4 [" in page and "DeepSeek-R1 model card" in page and "subset: 8 of 30 items" in page
 
 
 def test_a_cot_longbench_run_is_never_compared_with_the_no_cot_figure(tmp_path):
@@ -56,9 +56,9 @@ def test_a_cot_longbench_run_is_never_compared_with_the_no_cot_figure(tmp_path):
             "task.cot=true")
     report, _head = write_report(tmp_path / "runs")
     md = report.read_text()
-    [no_cot] = _reference_lines(md, "30.0 ±")
+    [no_cot] = _reference_lines(md, "30.0 [")
     assert "NOT COMPARABLE: task.cot: ours true, published false" in no_cot
-    [cot] = _reference_lines(md, "30.4 ±")
+    [cot] = _reference_lines(md, "30.4 [")
     assert "| 100.0" in cot and "OUTSIDE" in cot  # every answer right: far above 30.4, and compared
     for line in _reference_lines(md, "(w/o CoT)"):
         assert "NOT COMPARABLE" in line

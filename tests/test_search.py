@@ -43,6 +43,9 @@ def test_the_sequence_runs_from_the_largest_budget_down_and_stops_at_the_first_f
 
 @pytest.mark.parametrize("args,message", [
     (["search.max_loss=0"], "search.max_loss: must be a number > 0"),
+    (["search.max_loss=inf"], "search.max_loss: must be a number > 0"),
+    (["search.max_loss=2", "search.budgets=[64,2.5]"], "search.budgets: must be an integer >= 1, got 2.5"),
+    (["search.max_loss=2", "search.budgets=[abc]"], "search.budgets: must be an integer >= 1, got 'abc'"),
     (["search.max_loss=-1"], "search.max_loss: must be a number > 0"),
     ([], "search.max_loss: required"),
     (["search.max_loss=2", "search.budgets=[256,128]"], "search.budgets: must be strictly ascending"),
@@ -62,6 +65,9 @@ def test_bad_search_knobs_are_one_line(args, message):
     (["compression=snapkv", "search.budgets=[64,64]"], "error: search.budgets: must be strictly ascending"),
     (["compression=snapkv", "gen.temperature=abc"], "error: gen.temperature"),
     (["compression=snapkv", "search.budgets=[16,64]"], "error: compression.prompt_budget"),
+    (["compression=snapkv", "search.budgets=[1000000000000000000000000000000]"],
+     "error: search.budgets: 1000000000000000000000000000000 is beyond the context of model tiny_llama "
+     "(model.max_context 4096 prompt tokens)"),
 ])
 def test_bad_jobs_are_refused_before_anything_runs(args, message, tmp_path, capsys):
     assert main(["model=tiny_llama", f"out_root={tmp_path}", "search.max_loss=2", *args]) == 2
@@ -93,8 +99,10 @@ def test_search_end_to_end_reuses_resumes_and_agrees_with_the_report(tmp_path, c
     assert out.strip().splitlines()[-1] == ("smallest budget with loss ≤ 40 points at 95%: 64, KV 3.4× smaller than "
                                            "the full cache at the longest prompt")
     first = pd.read_csv(tmp_path / "search.csv")
-    assert list(first.columns[:12]) == ["model", "task", "method", "budget", "kv_ratio", "n_items", "value",
-                                        "reference", "delta", "ci_low", "ci_high", "verdict"]
+    assert list(first.columns[:13]) == ["search_id", "model", "task", "method", "budget", "kv_ratio", "n_items",
+                                        "value", "reference", "delta", "ci_low", "ci_high", "verdict"]
+    assert first["search_id"].nunique() == 1 and set(first["max_loss"]) == {40} and set(first["budgets"]) == {
+        "64 128 512"} and "compression=snapkv" in first["overrides"].iloc[0]
     assert list(first["verdict"]) == ["safe"] * 3 and (tmp_path / "plots/search__needle__tiny_llama__snapkv.png"
                                                       ).stat().st_size > 0
     copied = json.loads((Path(first.set_index("budget").loc[512, "run_dir"]) / "meta.json").read_text())
@@ -149,3 +157,51 @@ def test_a_sweep_runs_one_search_per_combination_over_one_full_cache(tmp_path, c
     table = pd.read_csv(tmp_path / "search.csv")
     assert sorted(table["method"]) == ["snapkv", "streaming_llm"] and set(table["reference"]) == {0.0}
     assert len(list(tmp_path.rglob("none/*/fp-*/meta.json"))) == 1  # both searches share the full-cache run
+
+
+def test_search_knobs_read_numbers_as_evals_run_does():
+    """``5e-1`` is a number for the search's knobs as for evals.run's (Hydra's grammar, evals/numbers.py)."""
+    opts, rest = split_args(["compression=snapkv", "search.max_loss=5e-1", "search.alpha=2.5e-2",
+                             "search.budgets=[256,512]"])
+    assert (opts.max_loss, opts.alpha, opts.budgets) == (0.5, 0.025, (256, 512)) and rest == ["compression=snapkv"]
+    assert split_args(["search.max_loss=2", "search.budgets=128"])[0].budgets == (128,)
+
+
+def _search_rows(max_loss: float, budgets=(64, 128), overrides=("compression=snapkv",)):
+    from evals.search.output import rows
+    from evals.search.procedure import NOT_TESTED, Step
+
+    return rows("m", "needle", "snapkv", [Step(b, NOT_TESTED) for b in budgets], max_loss, 0.05, {},
+                overrides=list(overrides))
+
+
+def test_search_csv_keeps_every_search_and_replaces_only_a_rerun(tmp_path):
+    from evals.search.output import write_csv
+
+    write_csv(tmp_path, _search_rows(2.0))
+    write_csv(tmp_path, _search_rows(5.0))  # the same job under another margin: another search
+    write_csv(tmp_path, _search_rows(2.0, overrides=("compression=snapkv", "task.limit=10")))
+    write_csv(tmp_path, _search_rows(2.0))  # the first search again: its rows replaced, not doubled
+    table = pd.read_csv(tmp_path / "search.csv")
+    assert len(table) == 6 and table["search_id"].nunique() == 3
+    assert sorted(table.groupby("search_id")["max_loss"].first()) == [2.0, 2.0, 5.0]
+
+
+def _write_one(root: str, margin: float) -> None:
+    from evals.search.output import write_csv
+
+    write_csv(Path(root), _search_rows(margin, budgets=tuple(range(64, 64 + 40))))
+
+
+def test_concurrent_searches_all_keep_their_rows(tmp_path):
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_write_one, args=(str(tmp_path), 1.0 + i)) for i in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert all(p.exitcode == 0 for p in procs)
+    table = pd.read_csv(tmp_path / "search.csv")
+    assert len(table) == 4 * 40 and sorted(table["max_loss"].unique()) == [1.0, 2.0, 3.0, 4.0]

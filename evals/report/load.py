@@ -27,6 +27,7 @@ import pandas as pd
 log = logging.getLogger(__name__)
 
 UNCERTAINTY = ("stderr", "ci_lo", "ci_hi")
+COUNTS = ("n", "prompt_budget")  # never negative
 REQUIRED = ("model", "task", "method", "metric", "value")  # what every table of the report reads
 
 
@@ -88,7 +89,40 @@ def read_summary(path: Path) -> pd.DataFrame | str:
         return f"no column {', '.join(missing)}"
     if frame.empty:
         return "no rows"
-    return frame
+    return bad_numbers(frame) or frame
+
+
+def bad_numbers(frame: pd.DataFrame) -> str:
+    """Why a summary's numbers cannot be a run's, naming the column (empty when they can): an infinity in any
+    numeric column, a count (:data:`COUNTS`) that is negative or not a number, a ``value`` that is not a number, or
+    a headline (the task's primary metric, group ``all``) that is NaN. Other NaNs are what a summary holds where a
+    value does not exist (a standard error of one item, a rate of an empty group)."""
+    from evals.report.tables import primary_metric
+
+    for col in ("value", *UNCERTAINTY, *COUNTS):
+        if col not in frame.columns:
+            continue
+        raw = frame[col]
+        num = pd.to_numeric(raw, errors="coerce")
+        text = raw[num.isna() & raw.notna()]
+        if len(text):
+            return f"column {col}: not a number ({str(text.iloc[0])[:40]!r}{_where(frame, text.index[0])})"
+        for what, hit in (("infinite", np.isinf(num)), ("negative", (num < 0) if col in COUNTS else None)):
+            if hit is not None and hit.any():
+                first = hit[hit].index[0]
+                return f"column {col}: {what} ({num[first]:g}{_where(frame, first)})"
+    for task, part in frame.groupby(frame["task"].astype(str), sort=False):
+        metric = primary_metric(task, part)
+        head = part[(part["metric"] == metric) & (part.get("group", "all") == "all")]
+        if len(head) and pd.to_numeric(head["value"], errors="coerce").isna().any():
+            return f"column value: nan for the headline {metric}{_where(frame, head.index[0])}"
+    return ""
+
+
+def _where(frame: pd.DataFrame, index) -> str:
+    row = frame.loc[index]
+    group = f", group {row['group']}" if "group" in frame.columns else ""
+    return f": metric {row['metric']}{group}"
 
 
 def collect(root: Path) -> pd.DataFrame:

@@ -1,10 +1,14 @@
 """Published references beside our runs: does the setup reproduce the paper, before and after compression?
 
-The figures live in one data file, ``evals/report/references.yaml``, one entry per number with its source. An entry
-applies to a summary row with the same ``model``, ``task``, ``metric`` and ``group``, whose method is the entry's
-``method`` (default ``none``, the full cache) and, for a compressed entry, whose ``prompt_budget`` is the entry's.
-Models are matched by their config name, so the smoke models never match. Rates are compared in percent: the unit
-``evals.summary`` writes (``%``), or a row without a unit.
+The figures live in one data file, ``evals/report/references.yaml``, one entry per number with its source. An entry is
+set beside a summary row with the same ``model``, ``task``, ``metric``, ``group`` and ``method`` (default ``none``, the
+full cache). A compressed entry states its ``budget`` (KV entries per layer and KV head; the key ``prompt_budget`` is
+read as the same field) and its ``cap``, what that budget bounds (:data:`snapstream_core.methods.base.BUDGET_CAPS`:
+``prompt``, the prompt's entries with every generated token appended; ``cache``, the whole cache while decoding); our
+run's cap is its method's ``CompressionMethod.budget_cap``. Only the same budget and the same cap compare: otherwise the
+row is **not comparable**, with the reason (a figure at 512 whole-cache entries says nothing about 512 prompt entries,
+which on a short prompt keep every token). Models are matched by their config name, so the smoke models never match.
+Rates are compared in percent: the unit ``evals.summary`` writes (``%``), or a row without a unit.
 
 Protocol. An entry's ``protocol`` names settings that change *what* the figure measures (LongBench-v2 with or without
 chain of thought), as dotted paths into the run's identity (``meta.json``). A run whose setting differs, or that has
@@ -14,7 +18,9 @@ how the budget applies); they are shown beside our interval as a diff, never use
 
 Uncertainty. A published figure comes without its own error; we give it the largest standard error a mean over
 ``n_items`` per-item rates in 0..1 can have, ``sqrt(p (1 - p) / n_items)`` (exact for one sample per item; an upper
-bound with several, which average the sampling noise out). Ours is the run's ``stderr`` (over items). The two
+bound with several, which average the sampling noise out), and the Wilson 95% interval of a proportion ``p`` on
+``n_items`` (:func:`evals.stats.bounded_rate_interval`: inside 0..100, of non-zero width at 0 and 100, conservative
+for items averaged over samples). Ours is the run's ``stderr`` (over items). The two
 differ significantly when ``|ours - published| > 1.96 * sqrt(se_ours^2 + se_published^2)``: such a row is flagged
 ``outside``. A run over fewer items than the reference (``task.limit``, another window) is compared but marked
 ``subset``.
@@ -29,6 +35,8 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from evals.stats import bounded_rate_interval
+
 REFERENCES_FILE = Path(__file__).with_name("references.yaml")
 Z95 = 1.959963984540054
 KEYS = ("model", "task", "metric", "group")
@@ -36,7 +44,9 @@ RATE_UNITS = ("%", "percent", "")  # what evals.summary writes for a rate; "perc
 # setup key -> dotted path into the run's identity (meta.json); "template" is looked up by the model's family
 SETUP_PATHS = {"samples": "gen.n_samples", "temperature": "gen.temperature", "top_p": "gen.top_p",
                "max_new_tokens": "gen.max_new_tokens"}
-COLUMNS = ["model", "task", "method", "prompt_budget", "metric", "group", "value", "stderr", "n", "reference",
+CAPS = ("none", "prompt", "cache")  # snapstream_core.methods.base.BUDGET_CAPS, as the yaml may spell them
+COLUMNS = ["model", "task", "method", "prompt_budget", "cap", "ref_budget", "ref_cap", "metric", "group", "value",
+           "stderr", "n", "reference",
            "ref_stderr", "ref_ci_lo", "ref_ci_hi", "ref_n_items", "ref_samples", "delta", "z", "outside", "subset",
            "comparable", "not_comparable", "setup_diff", "source", "run"]
 MISSING = object()
@@ -44,7 +54,8 @@ MISSING = object()
 
 def load_references(path: str | Path = REFERENCES_FILE) -> pd.DataFrame:
     """The reference entries as a frame (one row per published number); ``ValueError`` naming the file and entry
-    when one lacks a field, has a value outside 0..100, or a ``protocol``/``setup`` that is not a mapping."""
+    when one lacks a field, has a value outside 0..100, a compressed entry without ``budget`` and ``cap`` (or an
+    unknown cap), or a ``protocol``/``setup`` that is not a mapping."""
     path = Path(path)
     data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     entries = data.get("references")
@@ -61,11 +72,60 @@ def load_references(path: str | Path = REFERENCES_FILE) -> pd.DataFrame:
         for key in ("protocol", "setup"):
             if not isinstance(entry.get(key, {}), dict):
                 raise ValueError(f"{path}: entry {i}: {key} must be a mapping")
-        budget = entry.get("prompt_budget")
-        out.append({**{f: entry[f] for f in fields}, "method": str(entry.get("method", "none")),
-                    "prompt_budget": math.nan if budget is None else float(budget),
+        method = str(entry.get("method", "none"))
+        budget, cap = entry.get("budget", entry.get("prompt_budget")), entry.get("cap", "none" if method == "none"
+                                                                                 else None)
+        if "budget" in entry and "prompt_budget" in entry and entry["budget"] != entry["prompt_budget"]:
+            raise ValueError(f"{path}: entry {i}: budget and prompt_budget (the same field) differ")
+        if method != "none" and (budget is None or cap not in CAPS[1:]):
+            raise ValueError(f"{path}: entry {i}: a compressed entry needs budget (KV entries) and cap "
+                             f"(prompt or cache: what the budget bounds), got budget {budget!r}, cap {cap!r}")
+        if method == "none" and (cap != "none" or budget is not None):
+            raise ValueError(f"{path}: entry {i}: a full-cache entry (method none) has no budget and cap none")
+        out.append({**{f: entry[f] for f in fields}, "method": method,
+                    "budget": math.nan if budget is None else float(budget), "cap": str(cap),
                     "protocol": dict(entry.get("protocol") or {}), "setup": dict(entry.get("setup") or {})})
-    return pd.DataFrame(out, columns=[*fields, "method", "prompt_budget", "protocol", "setup"])
+    return pd.DataFrame(out, columns=[*fields, "method", "budget", "cap", "protocol", "setup"])
+
+
+def method_cap(method: str) -> str:
+    """What ``method``'s budget bounds (``CompressionMethod.budget_cap``); ``unknown`` for a method not in this
+    code's registry (a summary written by other code)."""
+    from snapstream_core.methods import METHODS
+
+    cls = METHODS.get(str(method))
+    return str(cls.budget_cap) if cls is not None else "unknown"
+
+
+def budget_mismatch(budget: float, cap: str, ref_budget: float, ref_cap: str) -> str:
+    """Empty when our budget and cap are the reference's; else why the two are not comparable."""
+    if cap != ref_cap:
+        return (f"budget caps {_cap_words(cap)} here, {_cap_words(ref_cap)} in the published figure "
+                f"(ours {_budget(budget)}, published {_budget(ref_budget)})")
+    if not (budget == ref_budget or (math.isnan(budget) and math.isnan(ref_budget))):
+        return f"budget: ours {_budget(budget)}, published {_budget(ref_budget)}"
+    return ""
+
+
+def _cap_words(cap: str) -> str:
+    return {"none": "nothing (full cache)", "prompt": "the prompt", "cache": "the whole cache while decoding"}.get(
+        cap, f"{cap!r} (not a method of this code)")
+
+
+def _budget(budget: float) -> str:
+    return "none" if math.isnan(budget) else str(int(budget))
+
+
+def budget_text(budget: float, method: str) -> str:
+    """``512 (prompt)``: a budget with what it caps for ``method``; ``full`` without a budget."""
+    return "full" if math.isnan(_float(budget)) else f"{int(budget)} ({method_cap(method)})"
+
+
+def budget_label(method: str, budget: float, cap: str | None = None) -> str:
+    """``snapkv @ 512 (prompt)``: a method with its budget and what the budget caps; ``none`` for the full cache."""
+    if method == "none" or math.isnan(_float(budget)):
+        return method
+    return f"{method} @ {int(budget)} ({cap or method_cap(method)})"
 
 
 def published_stderr(value: float, n_items: int) -> float:
@@ -161,39 +221,44 @@ def reference_rows(summary: pd.DataFrame, references: pd.DataFrame | None = None
     ours = ours.assign(**{k: ours[k].astype(str) for k in (*KEYS, "method")})
     refs = refs.assign(**{k: refs[k].astype(str) for k in (*KEYS, "method")})
     merged = ours.merge(refs.rename(columns={"value": "reference", "n_items": "ref_n_items", "samples": "ref_samples",
-                                             "prompt_budget": "ref_prompt_budget"}),
+                                             "budget": "ref_budget", "cap": "ref_cap"}),
                         on=[*KEYS, "method"], how="inner")
     rows = []
     for _, r in merged.iterrows():
-        budget, ref_budget = _float(r.get("prompt_budget")), _float(r.get("ref_prompt_budget"))
-        if r["method"] != "none" and not (math.isfinite(ref_budget) and budget == ref_budget):
-            continue  # a compressed reference applies at its budget only
+        budget, ref_budget = _float(r.get("prompt_budget")), _float(r.get("ref_budget"))
+        cap = method_cap(r["method"])
         identity = identities.get(str(r.get("run", "")))
-        why = protocol_mismatch(r["protocol"], identity)
-        ref_se = published_stderr(float(r["reference"]), int(r["ref_n_items"]))
+        why = "; ".join(w for w in (budget_mismatch(budget, cap, ref_budget, str(r["ref_cap"])),
+                                    protocol_mismatch(r["protocol"], identity)) if w)
+        ref_n = int(r["ref_n_items"])
+        ref_se = published_stderr(float(r["reference"]), ref_n)
+        ref_lo, ref_hi = bounded_rate_interval(float(r["reference"]) / 100.0, ref_n)
         se = _float(r.get("stderr"))
         delta = float(r["value"]) - float(r["reference"]) if not why else math.nan
         spread = math.sqrt(ref_se ** 2 + (se if math.isfinite(se) else 0.0) ** 2)
         z = delta / spread if spread > 0 and not why else math.nan
         n = _float(r.get("n"))
         rows.append({
-            **{k: r[k] for k in KEYS}, "method": r["method"], "prompt_budget": budget,
+            **{k: r[k] for k in KEYS}, "method": r["method"], "prompt_budget": budget, "cap": cap,
+            "ref_budget": ref_budget, "ref_cap": str(r["ref_cap"]),
             "value": float(r["value"]), "stderr": se, "n": n,
             "reference": float(r["reference"]), "ref_stderr": ref_se,
-            "ref_ci_lo": float(r["reference"]) - Z95 * ref_se, "ref_ci_hi": float(r["reference"]) + Z95 * ref_se,
-            "ref_n_items": int(r["ref_n_items"]), "ref_samples": int(r["ref_samples"]), "delta": delta, "z": z,
+            "ref_ci_lo": 100.0 * ref_lo, "ref_ci_hi": 100.0 * ref_hi,
+            "ref_n_items": ref_n, "ref_samples": int(r["ref_samples"]), "delta": delta, "z": z,
             "outside": bool(math.isfinite(z) and abs(z) > Z95),
-            "subset": bool(math.isfinite(n) and n < int(r["ref_n_items"])),
+            "subset": bool(math.isfinite(n) and n < ref_n),
             "comparable": not why, "not_comparable": why, "setup_diff": setup_diff(r["setup"], identity),
             "source": str(r["source"]), "run": r.get("run", ""),
         })
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def reference_table(summary: pd.DataFrame, identities: dict[str, dict] | None = None) -> pd.DataFrame:
-    """:func:`reference_rows` formatted for the report: ``ours ± se [95% CI]`` beside ``published ± se [95%
-    interval]``, Δ, a check (within / OUTSIDE / NOT COMPARABLE), the setup diff, the source."""
-    rows = reference_rows(summary, identities=identities)
+def reference_table(summary: pd.DataFrame, identities: dict[str, dict] | None = None,
+                    references: pd.DataFrame | None = None) -> pd.DataFrame:
+    """:func:`reference_rows` formatted for the report: ``ours ± se [95% CI]`` beside ``published [Wilson 95%] (n,
+    budget (cap))``, Δ, a check (within / OUTSIDE / NOT COMPARABLE), the setup diff, the source. ``references``:
+    the entries (default: :func:`load_references`)."""
+    rows = reference_rows(summary, references, identities)
     if rows.empty:
         return pd.DataFrame()
 
@@ -207,11 +272,12 @@ def reference_table(summary: pd.DataFrame, identities: dict[str, dict] | None = 
     ci = _our_interval(summary, rows)
     return pd.DataFrame({
         "model": rows["model"], "task": rows["task"],
-        "method": [m if m == "none" else f"{m} @ {int(b)}" for m, b in zip(rows["method"], rows["prompt_budget"])],
+        "method": [budget_label(m, b, c) for m, b, c in zip(rows["method"], rows["prompt_budget"], rows["cap"])],
         "metric": rows["metric"], "group": rows["group"],
         "ours": [_pm(v, s) + c for v, s, c in zip(rows["value"], rows["stderr"], ci)],
-        "published": [f"{v:.1f} ± {s:.1f} [{lo:.1f}, {hi:.1f}]" for v, s, lo, hi in
-                      zip(rows["reference"], rows["ref_stderr"], rows["ref_ci_lo"], rows["ref_ci_hi"])],
+        "published": [f"{v:.1f} [{lo:.1f}, {hi:.1f}] (n {n}" + (f", {_budget(b)} ({c})" if c != "none" else "") + ")"
+                      for v, lo, hi, n, b, c in zip(rows["reference"], rows["ref_ci_lo"], rows["ref_ci_hi"],
+                                                    rows["ref_n_items"], rows["ref_budget"], rows["ref_cap"])],
         "Δ": ["—" if not math.isfinite(d) else f"{d:+.1f}" for d in rows["delta"]],
         "check": [check(r) for _, r in rows.iterrows()],
         "setup: ours (published)": rows["setup_diff"].replace("", "—"),

@@ -17,7 +17,7 @@ from evals.report.load import collect, identities
 from evals.report.output import Batch
 from evals.report.paired import paired_deltas, subset_notes
 from evals.report.plots import plot
-from evals.report.references import reference_table
+from evals.report.references import budget_text, reference_table
 from evals.report.system import system_columns, throughput_table
 from evals.report.tables import NOT_MEANINGFUL, behaviour_table, breakdown_tables, headline, pivots, task_title
 from evals.rundir import os_error_line
@@ -100,7 +100,8 @@ def _per_problem_tables(head: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
         if hook(task, "per_problem") is not None and samples.is_file():
             rows = pd.read_csv(samples)
             if len(rows):
-                budget = "full cache" if pd.isna(run["prompt_budget"]) else f"budget {int(run['prompt_budget'])}"
+                budget = ("full cache" if pd.isna(run["prompt_budget"])
+                          else f"budget {budget_text(run['prompt_budget'], run['method'])}")
                 tables.append((f"Per problem: {run['label']} @ {budget} ({run['run']})",
                                task.per_problem(rows).fillna("—")))
     return tables
@@ -235,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     table = pd.DataFrame({
         "model": head["model"], "task": [task_title(t, c) for t, c in zip(head["task"], head["task_config"])],
         "method": head["label"],
-        "budget": head["prompt_budget"].map(lambda b: "full" if pd.isna(b) else str(int(b))),
+        "budget": [budget_text(b, m) for b, m in zip(head["prompt_budget"], head["method"])],
         "metric": head["metric"] + head["unit"].map(lambda u: f" ({u})" if u else ""),
         "value [95% CI]": [f"{v:.1f} [{lo:.1f}, {hi:.1f}]" if u == "%" and pd.notna(lo) else f"{v:.4g}"
                            for v, lo, hi, u in zip(head["value"], head["ci_lo"], head["ci_hi"], head["unit"])],

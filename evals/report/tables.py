@@ -239,7 +239,9 @@ def _marked(n_paired: float) -> str:
 
 def behaviour_table(head: pd.DataFrame, deltas: pd.DataFrame) -> pd.DataFrame:
     """One row per run: the headline with its 95% interval, Δ vs the full cache with its interval and p-value, and
-    the behaviour columns."""
+    the behaviour columns; the budget with what it caps (``512 (prompt)``: ``CompressionMethod.budget_cap``)."""
+    from evals.report.references import method_cap
+
     table = head.merge(deltas, on="run", how="left") if len(deltas) else head.assign(
         delta=math.nan, delta_ci_lo=math.nan, delta_ci_hi=math.nan, p_value=math.nan, n_paired=math.nan,
         mde_80=math.nan)
@@ -248,7 +250,8 @@ def behaviour_table(head: pd.DataFrame, deltas: pd.DataFrame) -> pd.DataFrame:
             "task_config"])],
         "method": [f"{lab} — {KEEPS_ALL}" if k is True else lab for lab, k in zip(
             table["label"], table["keeps_all"] if "keeps_all" in table else [None] * len(table))],
-        "budget": table["prompt_budget"].map(fmt),
+        "budget": [fmt(b) if pd.isna(b) else f"{fmt(b)} ({method_cap(m)})"
+                   for b, m in zip(table["prompt_budget"], table["method"])],
         "metric": table["metric"] + table["unit"].map(lambda u: f" ({u})" if u else ""),
         "value [95% CI]": [
             fmt(v, u) if pd.isna(lo) else f"{fmt(v, u)} [{fmt(lo, u)}, {fmt(hi, u)}]"

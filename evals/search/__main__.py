@@ -54,7 +54,8 @@ def search_one(combo: list[str], opts: SearchOptions) -> str:
 
     steps = run_sequence(budgets, measured, opts.alpha, say)
     out_root = Path(str(cfg.out_root))
-    csv = output.write_csv(out_root, output.rows(model, task, method, steps, opts.max_loss, opts.alpha, ratios))
+    csv = output.write_csv(out_root, output.rows(model, task, method, steps, opts.max_loss, opts.alpha, ratios,
+                                                 overrides=combo))
     png = output.plot(out_root, title, steps, opts.max_loss, opts.alpha)
     line = output.answer_line(steps, opts.max_loss, opts.alpha, reference.unit, ratios)
     say(f"search: {title}: wrote {csv}" + (f" and {png}" if png else ""))
@@ -81,7 +82,11 @@ def _combos(rest: list[str], opts: SearchOptions) -> list[list[str]]:
             bad = []
             for combo in combos:
                 try:
-                    check_searchable(_compose(combo))
+                    cfg = _compose(combo)
+                    check_searchable(cfg)
+                    context = cfg.model.get("max_context") or (cfg.model.get("shape") or {}).get("max_positions")
+                    if context is not None:
+                        opts.check_context(int(context), str(cfg.model.name))
                     for b in opts.budgets or ():  # each given budget, as its run will be checked
                         check(_compose([*combo, f"compression.prompt_budget={b}"]), offline=True)
                 except Exception as exc:  # ValueError, or Hydra's composition errors

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-import yaml
+from evals.numbers import number, read_value
 
 ALPHA = 0.05
 KEYS = ("budgets", "max_loss", "alpha")
@@ -14,7 +13,7 @@ FIRST_BUDGET = 64  # the default list: powers of two from here up to the longest
 
 @dataclass(frozen=True)
 class SearchOptions:
-    """``max_loss``: the margin in headline points (> 0); ``alpha``: the family-wise error of the search;
+    """``max_loss``: the margin in headline points (> 0, finite); ``alpha``: the family-wise error of the search;
     ``budgets``: ascending prompt budgets, or None (powers of two from 64 up to the longest prompt)."""
 
     max_loss: float
@@ -22,18 +21,26 @@ class SearchOptions:
     budgets: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.max_loss, bool) or not isinstance(self.max_loss, int | float) or not (
-                math.isfinite(self.max_loss) and self.max_loss > 0):
-            raise ValueError(f"search.max_loss: must be a number > 0 (the margin in headline points), got "
-                             f"{self.max_loss!r}")
-        if isinstance(self.alpha, bool) or not isinstance(self.alpha, int | float) or not 0 < self.alpha < 0.5:
+        object.__setattr__(self, "max_loss", number(self.max_loss, "search.max_loss", float, low=0, above=True))
+        object.__setattr__(self, "alpha", number(self.alpha, "search.alpha", float, low=0, above=True))
+        if not self.alpha < 0.5:
             raise ValueError(f"search.alpha: must be a number in (0, 0.5), got {self.alpha!r}")
         if self.budgets is not None:
             b = self.budgets
-            if not b or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in b):
-                raise ValueError(f"search.budgets: must be a non-empty list of integers >= 1, got {list(b)}")
+            if not b:
+                raise ValueError("search.budgets: must be a non-empty list of integers >= 1, got []")
+            b = tuple(number(x, "search.budgets", int, low=1) for x in b)
+            object.__setattr__(self, "budgets", b)
             if any(x >= y for x, y in zip(b, b[1:])):
                 raise ValueError(f"search.budgets: must be strictly ascending, got {list(b)}")
+
+    def check_context(self, max_context: int, model: str) -> None:
+        """A given budget beyond the model's context (``model.max_context`` prompt tokens) is refused in one line:
+        no prompt can be that long, and the budget would keep every token of every prompt."""
+        big = [x for x in self.budgets or () if x > max_context]
+        if big:
+            raise ValueError(f"search.budgets: {big[0]} is beyond the context of model {model} (model.max_context "
+                             f"{max_context} prompt tokens); the largest useful budget is {max_context}")
 
     def budget_list(self, longest_prompt: int) -> list[int]:
         """The budgets to test: as given, else the powers of two from 64 up to ``longest_prompt`` (64 alone when
@@ -48,7 +55,8 @@ class SearchOptions:
 
 
 def split_args(argv: list[str]) -> tuple[SearchOptions, list[str]]:
-    """``(options, the other arguments)``; ``search.<key>=<value>`` values are read as YAML (``[256,512]``, ``2.5``).
+    """``(options, the other arguments)``; ``search.<key>=<value>`` values are read with Hydra's override grammar,
+    as ``evals.run`` reads its own (``[256,512]``, ``2.5``, ``5e-1``; :mod:`evals.numbers`).
     Raises ``ValueError`` naming the knob: unknown ``search.*`` keys, a missing ``search.max_loss``, bad values, and
     the budget knobs the search sets itself."""
     found: dict[str, object] = {}
@@ -60,10 +68,7 @@ def split_args(argv: list[str]) -> tuple[SearchOptions, list[str]]:
             name = bare[len("search."):]
             if name not in KEYS or not eq:
                 raise ValueError(f"{bare}: no such search knob (search.max_loss, search.alpha, search.budgets)")
-            try:
-                found[name] = yaml.safe_load(value)
-            except yaml.YAMLError:
-                raise ValueError(f"{bare}: cannot read {value!r}") from None
+            found[name] = read_value(bare, value)
             continue
         if bare.startswith(("hydra/", "hydra.")):
             raise ValueError(f"{bare}: evals.search runs the jobs of its searches one after another in this process "

@@ -2,50 +2,77 @@
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
+import json
 import math
+import os
 from pathlib import Path
 
 import pandas as pd
 
 from evals.search.procedure import NOT_TESTED, Step, answer
 
-COLUMNS = ["model", "task", "method", "budget", "kv_ratio", "n_items", "value", "reference", "delta", "ci_low",
-           "ci_high", "verdict", "p_noninferiority", "test", "max_loss", "alpha", "run_dir"]
-KEY = ["model", "task", "method"]
+COLUMNS = ["search_id", "model", "task", "method", "budget", "kv_ratio", "n_items", "value", "reference", "delta",
+           "ci_low", "ci_high", "verdict", "p_noninferiority", "test", "max_loss", "alpha", "budgets", "overrides",
+           "run_dir"]
 CSV = "search.csv"
+LOCK = ".search.csv.lock"
+
+
+def search_id(overrides: list[str], max_loss: float, alpha: float, budgets: list[int]) -> str:
+    """12 hex digits naming one search: every override of its job (sorted: their order does not change the job),
+    the margin, alpha and the budgets tested. The same search run again has the same id and replaces its rows."""
+    ident = {"overrides": sorted(overrides), "max_loss": float(max_loss), "alpha": float(alpha),
+             "budgets": [int(b) for b in budgets]}
+    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def rows(model: str, task: str, method: str, steps: list[Step], max_loss: float, alpha: float,
-         ratios: dict[int, float]) -> pd.DataFrame:
-    """``search.csv``'s rows of one search: value, reference, delta and its interval as ``deltas.csv`` gives them
-    (paired bootstrap 95%), the verdict of the search and the p-value of its one-sided test."""
+         ratios: dict[int, float], overrides: list[str] | None = None) -> pd.DataFrame:
+    """``search.csv``'s rows of one search: its ``search_id`` and identity (``overrides``, ``max_loss``, ``alpha``,
+    ``budgets``), value, reference, delta and its interval as ``deltas.csv`` gives them (paired bootstrap 95%), the
+    verdict of the search and the p-value of its one-sided test."""
+    overrides = list(overrides or [])
+    budgets = [s.budget for s in steps]
+    sid = search_id(overrides, max_loss, alpha, budgets)
     out = []
     for s in steps:
         m = s.measured
-        out.append({"model": model, "task": task, "method": method, "budget": s.budget,
+        out.append({"search_id": sid, "model": model, "task": task, "method": method, "budget": s.budget,
                     "kv_ratio": ratios.get(s.budget, math.nan), "n_items": m.n_items if m else math.nan,
                     "value": m.run.value if m else math.nan, "reference": m.reference.value if m else math.nan,
                     "delta": m.delta if m else math.nan, "ci_low": m.ci_low if m else math.nan,
                     "ci_high": m.ci_high if m else math.nan, "verdict": s.verdict,
                     "p_noninferiority": m.test.p_value if m else math.nan, "test": m.test.test if m else "",
-                    "max_loss": max_loss, "alpha": alpha, "run_dir": str(m.run.run_dir) if m else ""})
+                    "max_loss": max_loss, "alpha": alpha, "budgets": " ".join(map(str, budgets)),
+                    "overrides": " ".join(sorted(overrides)), "run_dir": str(m.run.run_dir) if m else ""})
     return pd.DataFrame(out, columns=COLUMNS)
 
 
 def write_csv(out_root: Path, frame: pd.DataFrame) -> Path:
-    """Write ``frame`` into ``<out_root>/search.csv``, replacing the rows of an earlier search of the same (model,
-    task, method) and keeping the others (one file for every search of a sweep)."""
+    """Add ``frame`` (one search's rows) to ``<out_root>/search.csv``, keeping every other search's rows and
+    replacing only those of the same ``search_id`` (the same search run again). Read, merge and write happen under an
+    exclusive ``flock`` on ``<out_root>/.search.csv.lock`` (two searches ending together both keep their rows), and
+    the file is replaced atomically (a reader never sees half of it). Rows of an older file without ``search_id``
+    are kept as they are."""
     from evals.rundir import write_atomic
 
-    path = Path(out_root) / CSV
-    if path.is_file():
-        old = pd.read_csv(path)
-        if set(KEY) <= set(old.columns):
-            keys = set(frame[KEY].astype(str).itertuples(index=False, name=None))
-            keep = ~old[KEY].astype(str).apply(tuple, axis=1).isin(keys)
-            frame = pd.concat([old[keep], frame], ignore_index=True)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, frame.to_csv(index=False))
+    out_root = Path(out_root)
+    out_root.mkdir(parents=True, exist_ok=True)
+    path = out_root / CSV
+    fd = os.open(out_root / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        merged = frame
+        if path.is_file():
+            old = pd.read_csv(path, dtype={"search_id": str})
+            if "search_id" in old.columns:
+                old = old[~old["search_id"].astype(str).isin(set(frame["search_id"].astype(str)))]
+            merged = pd.concat([old, frame], ignore_index=True)
+        write_atomic(path, merged.to_csv(index=False))
+    finally:
+        os.close(fd)  # releases the lock
     return path
 
 
