@@ -74,6 +74,9 @@ def main(cfg: DictConfig) -> str | None:
 
 
 if __name__ == "__main__":
+    from evals.cpus import prepare
+
+    prepare()  # thread counts and passive waiting, before torch loads
     try:
         try:
             register_methods()  # before Hydra composes: every method of snapstream_core.methods.METHODS is an option
