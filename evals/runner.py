@@ -346,6 +346,10 @@ def _generate_and_score(cfg: DictConfig, p: RunPlan, items: list, replay=None) -
         log.info("resuming %s: %d rows already there, %d items to go", p.run_dir, len(done), len(work))
     prompts = PromptStore(p.run_dir / PROMPTS)
     total = sum(len(w.sample_idx) for w in work)
+    if generates and total:
+        from evals.expected import announce
+
+        announce(backend, total, int(cfg.gen.max_new_tokens), p.rows if p.rows is not None else cfg.gen.get("rows"))
     clock = GenClock(rows=p.rows if p.rows is not None else cfg.gen.get("rows"), measured=generates)
     with RowWriter(samples_path) as writer, _Progress(cfg, p, total) as progress:
         for ended in clock.timed(_produce(cfg, p, backend, work, prompts)):
