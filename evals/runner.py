@@ -47,7 +47,7 @@ from evals.rundir import (
     write_hydra_files,
 )
 from evals.sample_cache import SampleCache, reused_row
-from evals.throughput import GenClock
+from evals.throughput import GenClock, rate_text
 from snapstream_core.api import compression_from_config
 from snapstream_core.methods import knob_names
 from snapstream_core.methods.base import CompressionMethod
@@ -482,7 +482,7 @@ class _Progress:
                 del self.left[id(req)]
                 self.items += 1
                 if self.every and self.items % self.every == 0:
-                    log.info("%s: %d items done, %.1f gen tok/s", self.run_id, self.items, self.rate())
+                    log.info("%s: %d items done, %s gen tok/s", self.run_id, self.items, rate_text(self.rate()))
         self.bar.update(len(ended))
         self.bar.set_postfix(tok_s=f"{self.rate():.1f}")
 

@@ -46,7 +46,7 @@ def test_the_readme_opens_with_the_two_commands_then_the_list_command():
 
 
 def test_methods_show_their_effective_defaults_and_hf_is_the_decode_engine():
-    """``prompt_budget=1024`` and ``recent=1020`` (what a run uses), not the ``None`` a derived knob is declared with."""
+    """``prompt_budget=1024`` and ``recent=1020`` (what a run uses), not the ``None`` of a derived knob."""
     out = {x.split()[0]: x for x in lines() if x.startswith("  ")}
     assert "prompt_budget=1024" in out["compression=snapkv"] and "prompt_budget=1024" in out["compression=snapstream"]
     assert "recent=1020" in out["compression=streaming_llm"] and "prompt_budget=None" not in "".join(out.values())

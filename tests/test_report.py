@@ -135,6 +135,7 @@ def test_report_writes_markdown_html_and_plots_and_prints_headline(tmp_path, cap
         assert row["mde_80"] == pytest.approx(mde_80(d.to_numpy()), nan_ok=True)
     page = (tmp_path / "report.html").read_text()
     assert page.count("src='data:image/png;base64,") == 2 and "<table" in page and "plots/" not in page
+    assert page.count("<table") == page.count("<div class='scroll'><table") and ".scroll{overflow-x:auto" in page
     assert len(pd.read_csv(tmp_path / "summary_all.csv")) == 4 * len(RUNS)
     assert main([str(tmp_path)]) == 0
     assert f"report: {report}" in capsys.readouterr().out

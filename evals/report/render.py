@@ -153,7 +153,8 @@ def _html(root: Path, head: pd.DataFrame, tables, plots: list[Path], notes: list
         f"<title>Report: {html.escape(str(root))}</title>",
         "<style>body{font-family:sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;"
         "font-size:13px;margin-bottom:1.5em}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
-        "th{background:#f2f2f2}img{max-width:100%;border:1px solid #eee}</style></head><body>",
+        "th{background:#f2f2f2}img{max-width:100%;border:1px solid #eee}.scroll{overflow-x:auto;max-width:100%}"
+        "</style></head><body>",
         f"<h1>Report: {html.escape(str(root))}</h1>",
         f"<p>{head['run'].nunique()} runs.</p>",
         *[f"<p><b>{html.escape(n.lstrip('> ').replace('**', ''))}</b></p>" for n in notes if n],
@@ -165,7 +166,8 @@ def _html(root: Path, head: pd.DataFrame, tables, plots: list[Path], notes: list
         parts.append(f"<h3>{title}</h3><img alt='{title}' src='data:image/png;base64,{data}'>")
     for title, table in tables:
         parts.append(f"<h2>{html.escape(title)}</h2>")
-        parts.append(table.to_html(index=False, na_rep="—", border=0))
+        # a wide table (the "Every run" one has 22 columns) scrolls inside its own box, the page keeps its width
+        parts.append(f"<div class='scroll'>{table.to_html(index=False, na_rep='—', border=0)}</div>")
     parts.append("</body></html>")
     return "\n".join(parts)
 
