@@ -75,12 +75,21 @@ def deltas_table(head: pd.DataFrame, deltas: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=DELTAS_COLUMNS)
 
 
+def _runs_by_n(ns: pd.Series) -> str:
+    """``1 run at n=6`` or ``3 runs at n=6, 1 at n=2``: every small run's n, not one per task."""
+    counts = pd.to_numeric(ns, errors="coerce").fillna(0).astype(int).value_counts().sort_index(ascending=False)
+    parts = [f"{c} at n={n}" for n, c in counts.items()]
+    first_count = int(counts.iloc[0])
+    parts[0] = f"{first_count} run{'s' if first_count != 1 else ''} at n={counts.index[0]}"
+    return ", ".join(parts)
+
+
 def small_n_banner(head: pd.DataFrame) -> str | None:
     """The pipeline-check banner when some run has fewer than SMALL_N items (None otherwise)."""
     small = head[pd.to_numeric(head["n"], errors="coerce").fillna(0) < SMALL_N]
     if small.empty:
         return None
-    tasks = ", ".join(f"{t} (n={int(small[small['task'] == t]['n'].max())})" for t in dict.fromkeys(small["task"]))
+    tasks = ", ".join(f"{t} ({_runs_by_n(small[small['task'] == t]['n'])})" for t in dict.fromkeys(small["task"]))
     return (f"> **Pipeline check.** {len(small)} of {len(head)} runs have fewer than {SMALL_N} items: {tasks}. "
             "Their numbers show that the pipeline runs end to end, not how compression performs; read their "
             f"intervals; their Δ and p are marked {NOT_MEANINGFUL} (not meaningful)")
