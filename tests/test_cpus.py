@@ -80,3 +80,13 @@ def test_importing_the_library_sets_nothing():
     code = "import os, evals.cpus, evals.runner; print(os.environ.get('OMP_WAIT_POLICY'))"
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.stdout.split()[-1] == "None", done.stderr
+
+
+def test_the_test_processes_share_the_usable_cpus_and_wait_passively():
+    """conftest.py: each pytest-xdist worker gets the usable CPUs / workers threads, and a wait policy."""
+    import torch
+
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        assert torch.get_num_threads() == int(os.environ["OMP_NUM_THREADS"]) == max(1, usable_cpus() // workers)
+    assert os.environ.get("OMP_WAIT_POLICY") and os.environ.get("KMP_BLOCKTIME")
