@@ -178,3 +178,14 @@ def test_the_pipeline_banner_gives_every_small_runs_n():
     head = pd.DataFrame({"task": ["needle", "needle", "needle", "aime24", "lcb"], "n": [6, 6, 2, 2, 400]})
     assert "4 of 5 runs have fewer than 20 items: needle (2 runs at n=6, 1 at n=2), aime24 (1 run at n=2)." \
         in small_n_banner(head)
+
+
+def test_methods_with_the_same_values_stay_visible_on_top_of_each_other():
+    """Four methods at the same points: each later line is drawn above with a smaller hollow marker of another
+    shape and dash, so none hides another."""
+    from evals.report.plots import _style
+
+    styles = [_style(i) for i in range(4)]
+    assert len({s["marker"] for s in styles}) == len({s["linestyle"] for s in styles}) == 4
+    sizes = [s["markersize"] for s in styles]
+    assert sizes == sorted(set(sizes), reverse=True) and all(s["markerfacecolor"] == "none" for s in styles)
