@@ -173,7 +173,8 @@ def check_combination(overrides: list[str]):
         del cfg["hydra"]  # its runtime interpolations resolve only inside a running job
     try:
         check(cfg, offline=True)  # no network, no data: the job checks the hub once before it loads anything
-        for field, path in (("hydra.run.dir", out_dir), ("out_root", cfg.get("out_root"))):
+        # out_root first: the default hydra.run.dir lies under it, and the user named out_root, not hydra.run.dir
+        for field, path in (("out_root", cfg.get("out_root")), ("hydra.run.dir", out_dir)):
             if path:
                 check_writable(Path(path), field)
     except ValueError as exc:

@@ -21,7 +21,7 @@ from typing import Any
 from evals.geometry import keeps_every_token
 from evals.rundir import RESULTS
 from evals.stats import SMALL_N
-from evals.throughput import throughput
+from evals.throughput import rate_text, throughput
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,8 @@ def headline_text(res: dict[str, Any]) -> str:
         cost.append(f"KV held {res['kv_mib_mean_peak']:.2f} MiB (mean peak)")
     if res.get("gen_tokens_per_s") is not None:
         rows = (res.get("throughput") or {}).get("rows")
-        cost.append(f"throughput {res['gen_tokens_per_s']:.1f} generated tokens/s (wall time of generation, prefill "
+        rate = rate_text(res["gen_tokens_per_s"])
+        cost.append(f"throughput {rate} generated tokens/s (wall time of generation, prefill "
                     f"included, rows held {rows if rows is not None else '?'})")
     if res.get("latency_s_mean") is not None:
         cost.append(f"latency {res['latency_s_mean']:.3g} s per sample (mean)")

@@ -47,9 +47,10 @@ def lines() -> list[str]:
     out.append("tasks (task=NAME):")
     for name in TASKS:
         out.append(f"  {f'task={name}'.ljust(width)}{tasks.get(name, '')}")
-    out.append("compression methods (compression=NAME, knobs at their defaults: compression.KNOB=VALUE):")
+    out.append("compression methods (compression=NAME, knobs at their effective defaults: compression.KNOB=VALUE):")
     for name, cls in METHODS.items():
-        knobs = " ".join(f"{k}={v}" for k, v in own_defaults(cls).items()) or "no knobs"
+        effective = cls().knobs()  # a default instance: knobs derived in __post_init__ (prompt_budget, recent) filled
+        knobs = " ".join(f"{k}={effective[k]}" for k in own_defaults(cls)) or "no knobs"
         out.append(f"  {f'compression={name}'.ljust(width)}{knobs}")
     out.append("models (model=NAME):")
     for name, text in _options("model").items():
@@ -60,7 +61,7 @@ def lines() -> list[str]:
     out.append("backends (backend=NAME):")
     for name, text in _options("backend").items():
         out.append(f"  {f'backend={name}'.ljust(width)}{text}")
-    out.append("every key of a run and its value: python -m evals.run --cfg job [overrides]")
+    out.append("every key of a run and its resolved value: python -m evals.run --cfg job --resolve [overrides]")
     return out
 
 

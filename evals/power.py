@@ -1,4 +1,4 @@
-"""Power of paired comparisons, and ``python -m evals.power DIR --max-loss M``: how many items would show it.
+"""Power of paired comparisons, and ``python -m evals.power DIR power.max_loss=M``: how many items would show it.
 
 - :func:`t_power`: the power of the paired t-test on ``n`` per-item differences with standardised effect
   ``effect = true difference / sd(d)``, from the noncentral t (noncentrality ``effect * sqrt(n)``, ``n - 1``
@@ -227,20 +227,55 @@ def benchmark_size(run_dir: str) -> int | None:
         return None
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="items (and samples per item) needed to show loss < max_loss, "
-                                                 "from a pilot's paired variance")
-    parser.add_argument("dir", help="a tree of run directories holding a full-cache run and compressed runs")
-    parser.add_argument("--max-loss", type=float, required=True, help="the margin, in headline points")
-    parser.add_argument("--alpha", type=float, default=ALPHA, help="one-sided level (default 0.05)")
-    parser.add_argument("--power", type=float, default=POWER, help="default 0.8")
-    parser.add_argument("--true-loss", type=float, default=0.0, help="the loss assumed true (default 0)")
-    args = parser.parse_args(argv)
-    for name, value, ok in (("--max-loss", args.max_loss, args.max_loss > args.true_loss),
-                            ("--alpha", args.alpha, 0 < args.alpha < 0.5), ("--power", args.power, 0 < args.power < 1)):
+POWER_KEYS = {"max_loss": None, "alpha": ALPHA, "power": POWER, "true_loss": 0.0}
+USAGE = ("python -m evals.power DIR power.max_loss=2 [power.alpha=0.05] [power.power=0.8] [power.true_loss=0]: "
+         "items (and samples per item) needed to show loss < max_loss, from a pilot's paired variance")
+
+
+def parse_args(argv: list[str]) -> tuple[str, dict[str, float]]:
+    """``(DIR, {knob: value})`` from ``DIR power.KEY=VALUE ...``: the ``key=value`` style of ``evals.search`` and
+    ``evals.run``. Raises ``ValueError`` naming the knob; the old ``--max-loss`` flags get a one-line hint."""
+    folder, knobs = None, dict(POWER_KEYS)
+    for arg in argv:
+        if arg.startswith("--"):
+            name = arg[2:].split("=", 1)[0].replace("-", "_")
+            hint = f"power.{name}=VALUE" if name in POWER_KEYS else "power.KEY=VALUE"
+            raise ValueError(f"{arg}: evals.power takes key=value arguments, as evals.search does: {hint}")
+        if "=" not in arg:
+            if folder is not None:
+                raise ValueError(f"{arg}: one DIR only (already {folder})")
+            folder = arg
+            continue
+        key, value = arg.split("=", 1)
+        name = key.removeprefix("power.")
+        if not key.startswith("power.") or name not in POWER_KEYS:
+            raise ValueError(f"{key}: no such power knob ({', '.join('power.' + k for k in POWER_KEYS)})")
+        try:
+            knobs[name] = float(value)
+        except ValueError:
+            raise ValueError(f"{key}: expected a number, got {value!r}") from None
+    if folder is None:
+        raise ValueError(f"DIR: required: {USAGE}")
+    if knobs["max_loss"] is None:
+        raise ValueError("power.max_loss: required (the margin, in headline points), e.g. power.max_loss=2")
+    for name, ok in (("max_loss", knobs["max_loss"] > knobs["true_loss"]), ("alpha", 0 < knobs["alpha"] < 0.5),
+                     ("power", 0 < knobs["power"] < 1)):
         if not ok:
-            print(f"error: {name}: out of range, got {value}", file=sys.stderr)
-            return 2
+            raise ValueError(f"power.{name}: out of range, got {knobs[name]:g}")
+    return folder, knobs
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if any(a in ("-h", "--help") for a in argv):
+        print(USAGE)
+        return 0
+    try:
+        folder, knobs = parse_args(argv)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    args = argparse.Namespace(dir=folder, **knobs)
     try:
         rows = power_table(Path(args.dir), args.max_loss, args.alpha, args.power, args.true_loss)
     except ValueError as exc:

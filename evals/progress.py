@@ -20,6 +20,8 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 
+from evals.throughput import rate_text
+
 log = logging.getLogger("evals.sweep")
 
 
@@ -80,7 +82,8 @@ def _cost(res: dict[str, Any]) -> str:
     parts = []
     if res.get("gen_tokens_per_s") is not None:
         rows = (res.get("throughput") or {}).get("rows")
-        parts.append(f"throughput {res['gen_tokens_per_s']:.1f} tok/s (rows {rows if rows is not None else '?'})")
+        rate = rate_text(res["gen_tokens_per_s"])
+        parts.append(f"throughput {rate} tok/s (rows {rows if rows is not None else '?'})")
     if res.get("latency_s_mean") is not None:
         parts.append(f"latency {res['latency_s_mean']:.3g} s/sample")
     if res.get("keeps_every_token"):

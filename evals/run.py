@@ -61,7 +61,8 @@ def main(cfg: DictConfig) -> str | None:
     except (ValueError, UserError) as exc:
         from evals.rundir import remove_if_empty
 
-        remove_if_empty(Path(hc.runtime.output_dir))  # Hydra's folder, if the run never started
+        # Hydra's folder, if the run never started, and the folders above it up to out_root that this leaves empty
+        remove_if_empty(Path(hc.runtime.output_dir), up_to=Path(str(cfg.out_root)))
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
     except OSError as exc:  # out of space, read-only, permission: the path and the reason, not a traceback
@@ -74,6 +75,9 @@ def main(cfg: DictConfig) -> str | None:
 
 
 if __name__ == "__main__":
+    from evals.cpus import prepare
+
+    prepare()  # thread counts and passive waiting, before torch loads
     try:
         try:
             register_methods()  # before Hydra composes: every method of snapstream_core.methods.METHODS is an option

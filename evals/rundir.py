@@ -114,6 +114,8 @@ def check_writable(path: Path, field: str) -> None:
         raise ValueError(f"{field}: {os_error_line(exc)}") from None
     if st.f_flag & os.ST_RDONLY:
         raise ValueError(f"{field}: {existing}: Read-only file system")
+    if st.f_blocks == 0:  # /proc, /sys: a virtual file system reports no blocks at all, not a full disk
+        raise ValueError(f"{field}: {existing}: not a folder that can hold files (a virtual file system)")
     if st.f_bavail == 0 and os.geteuid() != 0 or st.f_bfree == 0:
         raise ValueError(f"{field}: {existing}: No space left on device")
     if not os.access(existing, os.W_OK | os.X_OK):
@@ -196,12 +198,13 @@ def _process_start() -> float:
         return time.time()
 
 
-def remove_if_empty(run_dir: Path) -> None:
+def remove_if_empty(run_dir: Path, up_to: Path | None = None) -> None:
     """After a failure before any work: remove what this run wrote there and then the folder, only if that leaves
     it empty (``rmdir``, never a recursive delete); nothing at all where a run's results lie. This run's files are
     ``.hydra/*.yaml`` and the run's ``.lock`` written since this process started, and a ``*.log`` whose first line
     is a Hydra log record stamped since then (Hydra appends to an existing log, so a user's older log starts with an
-    older stamp and is kept, with the folder)."""
+    older stamp and is kept, with the folder). ``up_to`` (``out_root``): the folders between it and ``run_dir`` that
+    this leaves empty go too (``<model>/<task tag>/<method tag>/``), never ``up_to`` itself."""
     if not run_dir.is_dir() or any((run_dir / name).exists() for name in RESULT_FILES):
         return  # a run's results are there (a finished run beside a refused re-run): touch nothing
     since = _process_start() - 2.0
@@ -214,11 +217,13 @@ def remove_if_empty(run_dir: Path) -> None:
             path.unlink()
         except OSError:
             continue
-    for folder in (run_dir / ".hydra", run_dir):
+    above = [] if up_to is None else [p for p in run_dir.absolute().parents if up_to.absolute() in p.parents]
+    for folder in (run_dir / ".hydra", run_dir, *above):
         try:
             folder.rmdir()  # only if empty
         except OSError:
-            pass
+            if folder != run_dir / ".hydra":
+                break
 
 
 def _log_started_since(path: Path, since: float) -> bool:

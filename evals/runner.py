@@ -49,7 +49,7 @@ from evals.rundir import (
     write_hydra_files,
 )
 from evals.sample_cache import SampleCache, cache_dir, reused_row, sample_key_base
-from evals.throughput import GenClock
+from evals.throughput import GenClock, rate_text
 from snapstream_core.api import compression_from_config
 from snapstream_core.methods import knob_names
 from snapstream_core.methods.base import CompressionMethod
@@ -363,6 +363,10 @@ def _generate_and_score(cfg: DictConfig, p: RunPlan, items: list, replay=None) -
         log.info("resuming %s: %d rows already there, %d items to go", p.run_dir, len(done), len(work))
     prompts = PromptStore(p.run_dir / PROMPTS)
     total = sum(len(w.sample_idx) for w in work)
+    if generates and total:
+        from evals.expected import announce
+
+        announce(backend, total, int(cfg.gen.max_new_tokens), p.rows if p.rows is not None else cfg.gen.get("rows"))
     clock = GenClock(rows=p.rows if p.rows is not None else cfg.gen.get("rows"), measured=generates)
     with RowWriter(samples_path) as writer, _Progress(cfg, p, total) as progress:
         for ended in clock.timed(_produce(cfg, p, backend, work, prompts)):
@@ -500,7 +504,7 @@ class _Progress:
                 del self.left[id(req)]
                 self.items += 1
                 if self.every and self.items % self.every == 0:
-                    log.info("%s: %d items done, %.1f gen tok/s", self.run_id, self.items, self.rate())
+                    log.info("%s: %d items done, %s gen tok/s", self.run_id, self.items, rate_text(self.rate()))
         self.bar.update(len(ended))
         self.bar.set_postfix(tok_s=f"{self.rate():.1f}")
 

@@ -61,3 +61,11 @@ def throughput(meta: dict[str, Any]) -> dict[str, Any]:
     gen = meta.get("generation") if isinstance(meta.get("generation"), dict) else {}
     return {"tokens_per_s": gen.get("tokens_per_s"), "wall_s": gen.get("wall_s"), "gen_tokens": gen.get("gen_tokens"),
             "rows": gen.get("rows")}
+
+
+def rate_text(tokens_per_s: float) -> str:
+    """A throughput with three significant digits (``0.0412``, ``2.15``, ``65.9``; ``1,234`` from 100 up): a slow
+    run never reads 0.0."""
+    if tokens_per_s >= 100:
+        return f"{tokens_per_s:,.0f}"
+    return f"{tokens_per_s:.3g}"

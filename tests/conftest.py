@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import os
 
-import pytest
-import torch
+from evals.cpus import THREAD_VARS, prepare, usable_cpus
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach the network
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -14,16 +13,20 @@ os.environ["SNAPSTREAM_SAMPLE_CACHE"] = "off"
 
 
 def _share_cores_between_workers() -> None:
-    """Under pytest-xdist (``make test -n JOBS``), each worker and the processes it starts get cores / workers
-    threads: two workers with two OpenMP threads each on two cores spin against each other several times slower."""
+    """Before torch loads: under pytest-xdist (``make test -n JOBS``), each worker and the processes it starts get
+    the usable CPUs / workers threads (two workers with two OpenMP threads each on two cores spin against each other
+    several times slower); every process waits passively (:mod:`evals.cpus`)."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers > 1:
-        threads = str(max(1, (os.cpu_count() or 1) // workers))
-        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = threads
-        torch.set_num_threads(int(threads))
+        for var in THREAD_VARS:
+            os.environ[var] = str(max(1, usable_cpus() // workers))
+    prepare()
 
 
 _share_cores_between_workers()
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 
 def tiny_config(**overrides):

@@ -237,3 +237,15 @@ def test_max_new_tokens_past_the_model_positions_warns(caplog):
     with caplog.at_level(logging.WARNING, logger="evals.backends.hf"):
         backend.generate([Request(None, Prompt("hello there, a prompt of about a dozen tokens"), (0,))])
     assert "goes past the 24 positions tiny_llama was trained for" in caplog.text
+
+
+def test_a_refused_run_leaves_no_empty_folders_up_to_out_root(tmp_path):
+    """A refused run removed its own folder but left ``<model>/<task>/<method>/`` empty under out_root."""
+    out_root = tmp_path / "results"
+    (out_root / "kept").mkdir(parents=True)
+    (out_root / "m" / "other" / "x").mkdir(parents=True)
+    folder = out_root / "m" / "task" / "method" / "gen"
+    (folder / ".hydra").mkdir(parents=True)
+    (folder / ".hydra" / "overrides.yaml").write_text("[]\n")
+    remove_if_empty(folder, up_to=out_root)
+    assert sorted(str(p.relative_to(out_root)) for p in out_root.rglob("*")) == ["kept", "m", "m/other", "m/other/x"]

@@ -108,3 +108,11 @@ def test_read_only_and_full_disks_are_one_line_naming_the_path(tmp_path, options
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], done.stderr
     assert str(tmp_path / "mnt") in lines[0]
 
+
+
+def test_an_out_root_on_a_virtual_file_system_is_named_as_out_root():
+    """``out_root=/proc/x`` said "hydra.run.dir: /proc: No space left on device": the user set out_root, and /proc
+    is not full but cannot hold files."""
+    done = cli(["task=needle", "task.limit=1", "out_root=/proc/x"])
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        "error: out_root: /proc: not a folder that can hold files (a virtual file system)"], done.stderr

@@ -43,3 +43,15 @@ def test_the_readme_opens_with_the_two_commands_then_the_list_command():
     first_block = text.split("```bash\n", 1)[1].split("```", 1)[0].splitlines()
     assert [line.split("#")[0].strip() for line in first_block] == ["make eval", "make test"]
     assert text.index("python -m evals.list") < text.index("## Common tasks")
+
+
+def test_methods_show_their_effective_defaults_and_hf_is_the_decode_engine():
+    """``prompt_budget=1024`` and ``recent=1020`` (what a run uses), not the ``None`` of a derived knob."""
+    out = {x.split()[0]: x for x in lines() if x.startswith("  ")}
+    assert "prompt_budget=1024" in out["compression=snapkv"] and "prompt_budget=1024" in out["compression=snapstream"]
+    assert "recent=1020" in out["compression=streaming_llm"] and "prompt_budget=None" not in "".join(out.values())
+    for name, cls in METHODS.items():
+        shown = dict(kv.split("=", 1) for kv in out[f"compression={name}"].split()[1:] if "=" in kv)
+        assert shown == {k: str(v) for k, v in cls().knobs().items() if k in shown}
+    assert "decode engine" in out["backend=hf"]
+    assert lines()[-1].endswith("python -m evals.run --cfg job --resolve [overrides]")

@@ -4,6 +4,7 @@ refusals, the deduplication of identical jobs and the step-time model (the memor
 from __future__ import annotations
 
 import csv
+import re
 import socket
 import subprocess
 import sys
@@ -175,3 +176,41 @@ def test_a_step_adds_its_bandwidth_and_compute_time_and_reads_only_filled_kv():
     assert read_slots(full) < full.slots / 2  # the filled slots on average, not the 33k allocated
     assert read_slots(full, Device(reads_all_slots=True)) == full.slots
     assert step_seconds(full, 15) < step_seconds(full, 15, Device(reads_all_slots=True))
+
+
+def _quoted(doc: str) -> str:
+    """``doc``'s text with line breaks as spaces (figures wrap across lines)."""
+    return " ".join((ROOT / doc).read_text().split())
+
+
+def test_the_paper_grid_figures_in_the_readme_and_docs_are_the_planners(paper):
+    """README.md and docs/plan.md quote the planner's own totals for the paper grid, so they cannot drift."""
+    code, text, rows = paper
+    hours, without = (float(x) for x in re.search(r"GPU-hours: ([\d.]+) \(([\d.]+) without", text).groups())
+    jobs, dirs, aliased, computed = re.search(
+        r"jobs (\d+), run directories (\d+) \(\d+ jobs share one\), (\d+) identical to the full cache, (\d+) computed",
+        text).groups()
+    peak = max(float(r["peak_gib"]) for r in rows)
+    r1_lcb = sum(float(r["gpu_hours"]) for r in rows if r["model"] == "r1_distill_llama_8b"
+                 and r["task"] == "livecodebench")
+    readme, plan_md = _quoted("README.md"), _quoted("docs/plan.md")
+    assert f"{jobs} jobs, {dirs} run directories, {aliased} identical to the full cache, {computed} computed" in readme
+    assert f"largest peak {peak:.1f} GiB" in readme
+    assert f"**{hours:.1f} H100-hours** ({without:.1f} without deduplication)" in readme
+    assert f"{jobs} jobs, {dirs} run directories, {aliased} jobs identical to the full cache, {computed} computed" \
+        in plan_md
+    assert f"**{hours:.1f} GPU-hours** ({without:.1f} without deduplication)" in plan_md
+    assert f"R1 on LiveCodeBench is {r1_lcb:.0f} of them" in plan_md
+
+
+def test_a_grid_that_cannot_fit_prints_one_line_per_cause_and_no_table(tmp_path, capsys):
+    """Weights larger than the budget fail every job of a model: one line per model, not one per job, no table."""
+    code = main(["-m", "model=llama31_8b_instruct,r1_distill_llama_8b", "task=aime24", "compression=none,snapkv",
+                 "compression.prompt_budget=1024,2048", "plan.memory_gib=10", f"out_root={tmp_path}"])
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert code == 2 and out == "" and not (tmp_path / "plan.csv").exists()
+    assert len(lines) == 2, lines
+    for model, line in zip(("llama31_8b_instruct", "r1_distill_llama_8b"), lines):
+        assert line.startswith(f"error: plan.memory_gib: the weights of {model} alone are 15.0 GiB > ")
+        assert line.endswith("of plan.memory_gib=10: none of its 3 run(s) can fit")

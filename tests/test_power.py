@@ -91,9 +91,25 @@ def test_power_command_sizes_a_benchmark_from_a_pilot(tmp_path, capsys):
     assert [r["samples"] for r in rows] == [1, 2, 4, 8, 16, 32, 64] and {r["pilot_samples"] for r in rows} == {4}
     needed = [r["items_needed"] for r in rows]
     assert needed == sorted(needed, reverse=True) and needed[0] > 30  # more samples per item: fewer items
-    assert main([str(tmp_path), "--max-loss", "2"]) == 0
+    assert main([str(tmp_path), "power.max_loss=2"]) == 0
     assert "aime24 has 30 items, fewer than the" in capsys.readouterr().out
-    assert main([str(tmp_path), "--max-loss", "0"]) == 2
+    assert main([str(tmp_path), "power.max_loss=0"]) == 2
+    assert capsys.readouterr().err == "error: power.max_loss: out of range, got 0\n"
+
+
+@pytest.mark.parametrize("args, line", [
+    (["--max-loss", "2"], "error: --max-loss: evals.power takes key=value arguments, as evals.search does: "
+                          "power.max_loss=VALUE"),
+    (["power.max_los=2"], "error: power.max_los: no such power knob (power.max_loss, power.alpha, power.power, "
+                          "power.true_loss)"),
+    (["power.alpha=x", "power.max_loss=2"], "error: power.alpha: expected a number, got 'x'"),
+    ([], "error: power.max_loss: required (the margin, in headline points), e.g. power.max_loss=2"),
+])
+def test_power_takes_key_value_arguments_and_refuses_the_old_flags_in_one_line(tmp_path, capsys, args, line):
+    from evals.power import main
+
+    assert main([str(tmp_path), *args]) == 2
+    assert capsys.readouterr().err.splitlines() == [line]
 
 
 @pytest.mark.parametrize("n,p10,p01,margin", [(5, 0.1, 0.05, 0.5), (6, 0.3, 0.2, 0.6), (4, 0.0, 0.0, 0.8)])

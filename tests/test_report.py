@@ -115,7 +115,7 @@ def test_report_writes_markdown_html_and_plots_and_prints_headline(tmp_path, cap
     assert len(head) == len(RUNS) and set(head["value"]) == {100.0, 0.0, 50.0, 25.0}
     text = report.read_text()
     assert "## needle · m: accuracy (%), [95% CI] (n items)" in text and "nan" not in text
-    assert "**Pipeline check.** 4 of 4 runs have fewer than 20 items: needle (n=4)" in text
+    assert "**Pipeline check.** 4 of 4 runs have fewer than 20 items: needle (4 runs at n=4)" in text
     titles = {"frontier": "accuracy vs KV memory held", "budget": "accuracy vs prompt budget"}
     for kind in ("frontier", "budget"):
         png = tmp_path / "plots" / f"{kind}__needle__m.png"
@@ -135,6 +135,7 @@ def test_report_writes_markdown_html_and_plots_and_prints_headline(tmp_path, cap
         assert row["mde_80"] == pytest.approx(mde_80(d.to_numpy()), nan_ok=True)
     page = (tmp_path / "report.html").read_text()
     assert page.count("src='data:image/png;base64,") == 2 and "<table" in page and "plots/" not in page
+    assert page.count("<table") == page.count("<div class='scroll'><table") and ".scroll{overflow-x:auto" in page
     assert len(pd.read_csv(tmp_path / "summary_all.csv")) == 4 * len(RUNS)
     assert main([str(tmp_path)]) == 0
     assert f"report: {report}" in capsys.readouterr().out
@@ -168,3 +169,23 @@ def test_a_ring_that_holds_more_than_the_full_cache_on_short_generations_is_expl
     [note] = inversion_notes(head)
     assert note.startswith("aime24 · m: streaming_llm @ 1024 held 1.00 MiB, more than the full cache's 0.20 MiB")
     assert "at gen.max_new_tokens come to 1.00 MiB (full cache: 4.00 MiB)" in note
+
+
+def test_the_pipeline_banner_gives_every_small_runs_n():
+    """The banner said one n per task (its largest) while runs of that task had several."""
+    from evals.report.render import small_n_banner
+
+    head = pd.DataFrame({"task": ["needle", "needle", "needle", "aime24", "lcb"], "n": [6, 6, 2, 2, 400]})
+    assert "4 of 5 runs have fewer than 20 items: needle (2 runs at n=6, 1 at n=2), aime24 (1 run at n=2)." \
+        in small_n_banner(head)
+
+
+def test_methods_with_the_same_values_stay_visible_on_top_of_each_other():
+    """Four methods at the same points: each later line is drawn above with a smaller hollow marker of another
+    shape and dash, so none hides another."""
+    from evals.report.plots import _style
+
+    styles = [_style(i) for i in range(4)]
+    assert len({s["marker"] for s in styles}) == len({s["linestyle"] for s in styles}) == 4
+    sizes = [s["markersize"] for s in styles]
+    assert sizes == sorted(set(sizes), reverse=True) and all(s["markerfacecolor"] == "none" for s in styles)

@@ -1,6 +1,6 @@
 """``python -m evals.plan [-m] key=value ...``: plan every job of an ``evals.run`` command line (no data, no
-weights, no network): ``<out_root>/plan.csv``, the table and its totals; exit 2 with one line per job that cannot fit
-``plan.memory_gib``."""
+weights, no network): ``<out_root>/plan.csv``, the table and its totals; when jobs cannot fit ``plan.memory_gib``,
+exit 2 with one line per distinct cause (:mod:`evals.plan.unfit`) and no table."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ def main(argv: list[str]) -> int:
     from evals.plan.job import DEFAULT_MEMORY_GIB, job_from_config
     from evals.plan.planner import plan_jobs
     from evals.plan.table import render, write_csv
+    from evals.plan.unfit import unfit_lines
     from evals.runner import check
 
     logging.getLogger("snapstream_core.api").setLevel(logging.ERROR)  # "none has no knob ...": said by evals.run
@@ -39,14 +40,19 @@ def main(argv: list[str]) -> int:
         return 2
     memory_gib = float((composed[0][1].get("plan") or {}).get("memory_gib", DEFAULT_MEMORY_GIB))
     planned = plan_jobs(jobs)
+    bad = unfit_lines(planned, memory_gib)
+    if bad:  # one line per distinct cause; no table of jobs that cannot run, no plan.csv
+        for line in bad:
+            print(f"error: {line}", file=sys.stderr)
+        return 2
     path = write_csv(planned, Path(jobs[0].out_root) / "plan.csv")
     print(render(planned, memory_gib))
     print(f"wrote {path}")
-    bad = [p.error for p in planned if p.error]
-    for line in bad:
-        print(f"error: {line}", file=sys.stderr)
-    return 2 if bad else 0
+    return 0
 
 
 if __name__ == "__main__":
+    from evals.cpus import prepare
+
+    prepare()  # thread counts and passive waiting, before torch loads
     sys.exit(main(sys.argv[1:]))

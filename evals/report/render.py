@@ -75,12 +75,21 @@ def deltas_table(head: pd.DataFrame, deltas: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=DELTAS_COLUMNS)
 
 
+def _runs_by_n(ns: pd.Series) -> str:
+    """``1 run at n=6`` or ``3 runs at n=6, 1 at n=2``: every small run's n, not one per task."""
+    counts = pd.to_numeric(ns, errors="coerce").fillna(0).astype(int).value_counts().sort_index(ascending=False)
+    parts = [f"{c} at n={n}" for n, c in counts.items()]
+    first_count = int(counts.iloc[0])
+    parts[0] = f"{first_count} run{'s' if first_count != 1 else ''} at n={counts.index[0]}"
+    return ", ".join(parts)
+
+
 def small_n_banner(head: pd.DataFrame) -> str | None:
     """The pipeline-check banner when some run has fewer than SMALL_N items (None otherwise)."""
     small = head[pd.to_numeric(head["n"], errors="coerce").fillna(0) < SMALL_N]
     if small.empty:
         return None
-    tasks = ", ".join(f"{t} (n={int(small[small['task'] == t]['n'].max())})" for t in dict.fromkeys(small["task"]))
+    tasks = ", ".join(f"{t} ({_runs_by_n(small[small['task'] == t]['n'])})" for t in dict.fromkeys(small["task"]))
     return (f"> **Pipeline check.** {len(small)} of {len(head)} runs have fewer than {SMALL_N} items: {tasks}. "
             "Their numbers show that the pipeline runs end to end, not how compression performs; read their "
             f"intervals; their Δ and p are marked {NOT_MEANINGFUL} (not meaningful)")
@@ -154,7 +163,8 @@ def _html(root: Path, head: pd.DataFrame, tables, plots: list[Path], notes: list
         f"<title>Report: {html.escape(str(root))}</title>",
         "<style>body{font-family:sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;"
         "font-size:13px;margin-bottom:1.5em}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
-        "th{background:#f2f2f2}img{max-width:100%;border:1px solid #eee}</style></head><body>",
+        "th{background:#f2f2f2}img{max-width:100%;border:1px solid #eee}.scroll{overflow-x:auto;max-width:100%}"
+        "</style></head><body>",
         f"<h1>Report: {html.escape(str(root))}</h1>",
         f"<p>{head['run'].nunique()} runs.</p>",
         *[f"<p><b>{html.escape(n.lstrip('> ').replace('**', ''))}</b></p>" for n in notes if n],
@@ -166,7 +176,8 @@ def _html(root: Path, head: pd.DataFrame, tables, plots: list[Path], notes: list
         parts.append(f"<h3>{title}</h3><img alt='{title}' src='data:image/png;base64,{data}'>")
     for title, table in tables:
         parts.append(f"<h2>{html.escape(title)}</h2>")
-        parts.append(table.to_html(index=False, na_rep="—", border=0))
+        # a wide table (the "Every run" one has 22 columns) scrolls inside its own box, the page keeps its width
+        parts.append(f"<div class='scroll'>{table.to_html(index=False, na_rep='—', border=0)}</div>")
     parts.append("</body></html>")
     return "\n".join(parts)
 

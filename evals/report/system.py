@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from evals.geometry import keeps_every_token
-from evals.throughput import throughput
+from evals.throughput import rate_text, throughput
 
 COLUMNS = ["tokens_per_s", "rows_held", "latency_s_mean", "keeps_all"]
 
@@ -59,6 +59,6 @@ def throughput_table(head: pd.DataFrame) -> pd.DataFrame:
         "KV held (MiB, mean peak)": done["mean_kv_bytes_peak"].map(lambda v: fmt(v / MIB, "MiB")),
         "rows held": done["rows_held"].map(lambda v: DASH if v is None or (isinstance(v, float) and math.isnan(v))
                                            else str(v)),
-        "throughput (generated tokens/s, wall)": done["tokens_per_s"].map(lambda v: f"{v:.1f}"),
+        "throughput (generated tokens/s, wall)": done["tokens_per_s"].map(rate_text),
         "latency (s per sample, mean)": done["latency_s_mean"].map(lambda v: DASH if pd.isna(v) else f"{v:.3g}"),
     })

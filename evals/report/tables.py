@@ -11,6 +11,7 @@ import pandas as pd
 
 from evals.stats import SMALL_N
 from evals.summary import identity_extra
+from evals.throughput import rate_text
 from snapstream_core.methods import METHODS, knob_names
 from tasks.protocol import hook
 
@@ -274,7 +275,7 @@ def behaviour_table(head: pd.DataFrame, deltas: pd.DataFrame) -> pd.DataFrame:
             lambda v: DASH if pd.isna(v) else f"{v:+.1f}")
     if "tokens_per_s" in table and table["tokens_per_s"].notna().any():
         out["throughput (tok/s, wall; rows)"] = [
-            DASH if pd.isna(v) else f"{v:.1f} ({r})" for v, r in zip(table["tokens_per_s"], table["rows_held"])]
+            DASH if pd.isna(v) else f"{rate_text(v)} ({r})" for v, r in zip(table["tokens_per_s"], table["rows_held"])]
         out["latency (s/sample)"] = table["latency_s_mean"].map(lambda v: DASH if pd.isna(v) else f"{v:.3g}")
     units = {"mean_gen_tokens": "tokens", "mean_kv_tokens_peak": "tokens", "mean_kv_tokens_mean": "tokens",
              "mean_kv_bytes_peak": "MiB"}

@@ -146,4 +146,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from evals.cpus import prepare
+
+    prepare()  # thread counts and passive waiting, before torch loads
     sys.exit(main())

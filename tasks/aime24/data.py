@@ -147,6 +147,13 @@ def _exam_of(item_id: str, url: str | None) -> tuple[str | None, int | None]:
 
 def load(cfg: Any) -> list[Item]:
     """Items from ``cfg.source`` (``hub`` | ``path`` | ``bundled``), the first ``cfg.limit`` of them."""
+    items = _read(cfg)
+    log.info("aime24: %d items from %s", len(items), source_of(cfg))
+    return items
+
+
+def _read(cfg: Any) -> list[Item]:
+    """:func:`load` without its log line (the check before a run reads a local source too)."""
     source = source_of(cfg)
     path = local_file(cfg, BUNDLED)
     if path is not None:
@@ -155,9 +162,7 @@ def load(cfg: Any) -> list[Item]:
         hub_id = cfg_get(cfg, "hub_id", H4.name)
         split = cfg_get(cfg, "split", "train")
         items = to_items(_hub_records(hub_id, split, cfg_get(cfg, "revision")), f"hub {hub_id} split {split}")
-    items = apply_limit(items, cfg)
-    log.info("aime24: %d items from %s", len(items), source)
-    return items
+    return apply_limit(items, cfg)
 
 
 def _hub_records(hub_id: str, split: str, revision: str | None) -> list[dict[str, Any]]:
@@ -177,4 +182,4 @@ def validate(cfg: Any) -> None:
             if not isinstance(value, str) or not value.strip():
                 raise ValueError(f"task.{knob}: must be a non-empty string, got {value!r}")
         return
-    load(cfg)  # local sources are small: reading them is the check
+    _read(cfg)  # local sources are small: reading them is the check

@@ -1,0 +1,69 @@
+"""Runs that say what they will cost (issue 47, item 2): one line before a long run generates, from the decode
+speed measured on the loaded model; a task's default generation length suits the model."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from evals.expected import SHOWN_S, announce, cost_line, decode_tokens_per_s, duration
+from tests.runner_utils import compose_cfg
+
+
+def test_the_line_is_samples_times_new_tokens_over_the_speed_and_only_past_a_minute():
+    assert cost_line(3, 320, 16.0, 3, "cpu") is None  # 60 s exactly: said by nothing
+    line = cost_line(3, 320, 2.76, 3, "cpu")
+    assert line == ("expected: 3 sample(s) x up to 320 new tokens (gen.max_new_tokens) ÷ 2.76 tokens/s measured now "
+                    "on cpu (3 row(s)) = up to 5 min 48 s of decoding (task.limit or gen.max_new_tokens shorten it)")
+    assert duration(59.6) == "1 min 00 s" and duration(7265) == "2 h 01 min" and duration(SHOWN_S - 15) == "45 s"
+
+
+class _Backend:
+    def __init__(self, model):
+        self.model = model
+
+
+def test_the_speed_is_measured_on_the_loaded_model_and_announced_once(tiny_model, caplog):
+    speed = decode_tokens_per_s(tiny_model, rows=4, steps=2)
+    assert speed > 0
+    with caplog.at_level(logging.INFO, logger="evals.expected"):
+        line = announce(_Backend(tiny_model), samples=10**6, max_new_tokens=32768, rows="auto")
+    assert line is not None and line.startswith("expected: 1000000 sample(s) x up to 32768 new tokens")
+    assert "(4 row(s))" in line  # the CPU engine's forward holds at least 4 rows
+    assert [r.getMessage() for r in caplog.records] == [line]
+
+
+def test_a_short_run_or_a_backend_without_weights_measures_nothing(tiny_model):
+    assert announce(_Backend(tiny_model), samples=3, max_new_tokens=12, rows=4) is None
+    assert announce(_Backend(None), samples=10**6, max_new_tokens=32768, rows=4) is None
+
+
+@pytest.mark.parametrize("overrides, tokens", [
+    (["task=aime24"], 4096),  # the embedded model does not think: a worked solution, not the R1 budget
+    (["task=aime24", "model=llama31_8b_instruct"], 4096),
+    (["task=aime24", "model=r1_distill_llama_8b"], 32768),  # the R1 protocol
+    (["task=aime24", "model=smollm2_135m", "model.thinking=true"], 32768),
+    (["+experiment=paper", "task=aime24", "model=llama31_8b_instruct"], 32768),  # the paper grid: lighteval's size
+    (["task=aime24", "gen.max_new_tokens=320"], 320),
+])
+def test_aimes_default_generation_length_suits_the_model(overrides, tokens):
+    assert compose_cfg(overrides).gen.max_new_tokens == tokens
+
+
+def test_the_check_before_a_run_does_not_repeat_the_tasks_log_line(caplog):
+    from tasks.aime24 import data
+
+    cfg = compose_cfg(["task=aime24", "task.limit=2"]).task
+    with caplog.at_level(logging.INFO, logger="tasks.aime24.data"):
+        data.validate(cfg)
+        data.load(cfg)
+    assert [r.getMessage() for r in caplog.records] == ["aime24: 2 items from bundled"]
+
+
+@pytest.mark.parametrize("rate, text", [(0.04123, "0.0412"), (0.15, "0.15"), (2.154, "2.15"), (65.94, "65.9"),
+                                        (1234.4, "1,234")])
+def test_a_throughput_keeps_three_significant_digits(rate, text):
+    from evals.headline import rate_text
+
+    assert rate_text(rate) == text
