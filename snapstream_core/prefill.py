@@ -140,7 +140,8 @@ class _StagingCache(Cache):
 
 
 def prefill_peak_bytes(
-    config, prompt_len: int, slots: int, *, chunk_size: int | None = None, window: int = 0, dtype_bytes: int = 4
+    config, prompt_len: int, slots: int, *, chunk_size: int | None = None, window: int = 0, dtype_bytes: int = 4,
+    score_buffers: tuple[int, int] = (0, 0), moments: bool = False,
 ) -> int:
     """Tensor bytes :func:`prefill_prompt` holds at its peak above the weights (sdpa attention, batch 1): the sum of
     :func:`snapstream_core.memory.prefill_terms` (the model the planner uses too).
@@ -149,10 +150,12 @@ def prefill_peak_bytes(
         config: the model's text config. prompt_len: T. slots: KV entries per KV head a compressed layer holds after
             its selection (``method.prefill_slots(T)``). window: query rows the selection scores with
             (``method.query_rows(T)``; 0 without SnapKV scoring). dtype_bytes: bytes per element of the activations and
-            the cache.
+            the cache. score_buffers: ``method.score_buffers(T)``. moments: ``method.query_moments(T) is not None``.
     """
     chunk = DEFAULT_CHUNK if chunk_size is None else chunk_size
-    return sum(prefill_terms(Arch.of(config, dtype_bytes), prompt_len, slots, chunk=chunk, window=window).values())
+    terms = prefill_terms(Arch.of(config, dtype_bytes), prompt_len, slots, chunk=chunk, window=window,
+                          score_buffers=score_buffers, moments=moments)
+    return sum(terms.values())
 
 
 def layer_major(model) -> bool:

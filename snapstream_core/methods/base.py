@@ -133,6 +133,12 @@ class CompressionMethod:
             return 0
         return prompt_len
 
+    def score_buffers(self, prompt_len: int) -> tuple[int, int]:
+        """fp32 buffers the selection's scoring holds at its peak beyond SnapKV's window scores (the memory model,
+        :func:`snapstream_core.memory.prefill_terms`): ``(n, m)``, ``n`` of (H_kv, T, D) and ``m`` of (H, T) per
+        row; (0, 0) by default."""
+        return (0, 0)
+
     def query_moments(self, prompt_len: int) -> int | None:
         """Leading tokens of each row the running moments of the pre-RoPE queries skip, when the selection reads
         those moments (:attr:`PrefillView.moments`, summed over the prefill's chunks); None (the default): it

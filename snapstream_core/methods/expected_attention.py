@@ -43,6 +43,11 @@ class ExpectedAttention(PromptScorer):
         super().__post_init__()
         check_positive("n_future", self.n_future)
 
+    def score_buffers(self, prompt_len: int) -> tuple[int, int]:
+        """One group member's ``S k`` and its product with the keys, (H_kv, T, D) each; the logits, their masked
+        copy, the softmax and its cleaned copy, (H, T) each."""
+        return (2, 4) if self.needs_selection(prompt_len) else (0, 0)
+
     def query_moments(self, prompt_len: int) -> int | None:
         """The sinks are left out of the moments (none are read when the prompt fits the budget)."""
         return self.sinks if self.needs_selection(prompt_len) else None

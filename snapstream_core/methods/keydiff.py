@@ -25,6 +25,10 @@ class KeyDiff(PromptScorer):
 
     method: ClassVar[str] = "keydiff"
 
+    def score_buffers(self, prompt_len: int) -> tuple[int, int]:
+        """The unit keys, their masked copy, and cosine similarity's two (H_kv, T, D) temporaries."""
+        return (4, 0) if self.needs_selection(prompt_len) else (0, 0)
+
     def token_scores(self, view: PrefillView) -> torch.Tensor:
         """(B, H_kv, T): ``-cos(k, anchor)``, anchor (B, H_kv, 1, D) the mean of ``k / ||k||`` over the row's real
         tokens."""

@@ -23,6 +23,10 @@ class Knorm(PromptScorer):
 
     method: ClassVar[str] = "knorm"
 
+    def score_buffers(self, prompt_len: int) -> tuple[int, int]:
+        """The norms and their negation, (H_kv, T) each: counted as one (H, T)."""
+        return (0, 1) if self.needs_selection(prompt_len) else (0, 0)
+
     def token_scores(self, view: PrefillView) -> torch.Tensor:
         """(B, H_kv, T): ``-||k||``, in the promotion of the keys' dtype and float32."""
         import torch

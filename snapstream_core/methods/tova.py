@@ -26,6 +26,10 @@ class TOVA(PromptScorer):
     method: ClassVar[str] = "tova"
     tail: ClassVar[int] = 1  # the last token, whose query scores the others
 
+    def score_buffers(self, prompt_len: int) -> tuple[int, int]:
+        """The mean over heads and its expansion, beside the window scores of one query."""
+        return (0, 1) if self.needs_selection(prompt_len) else (0, 0)
+
     def query_rows(self, prompt_len: int) -> int:
         """The last query (none when the prompt fits the budget)."""
         return 1 if self.needs_selection(prompt_len) else 0
