@@ -59,6 +59,9 @@ def summary(rows: list[dict]) -> dict:
         "method": rows[0]["method"],
         "heads": len(rows),
         "heads_identical": sum(r["common"] == r["kept"] for r in rows),
+        # heads whose every disputed position scores exactly kvpress's cutoff: equal scores, the tie broken
+        # differently (torch.topk's order in kvpress, the earlier token in ours: keep_indices)
+        "heads_identical_but_exact_ties": sum(r["common"] < r["kept"] and r["disputed_gap_rel"] == 0 for r in rows),
         "kept_per_head": rows[0]["kept"],
         "agree_pct": 100 * sum(r["common"] for r in rows) / kept,
         "worst_head_agree_pct": min(r["agree_pct"] for r in rows),

@@ -79,13 +79,15 @@ def markdown(table: list[dict], times: list[dict], job: dict, load: tuple[float,
         f"interleaved reps (load average {load[0]} → {load[1]}); ÷ our SnapKV is the median ratio to our SnapKV's "
         "prefill in the same process:",
         "",
-        "| method | heads identical | positions in common | worst head | largest rel. score diff "
-        "| largest disputed gap | near-ties | prefill s ours / kvpress | ÷ kvpress | ÷ our SnapKV |",
-        "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|",
+        "| method | heads identical | + differing only in exact ties | positions in common | worst head "
+        "| largest rel. score diff | largest disputed gap | near-ties | prefill s ours / kvpress | ÷ kvpress "
+        "| ÷ our SnapKV |",
+        "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|",
     ]
     for r in table:
         lines.append(
-            f"| {r['method']} | {r['heads_identical']}/{r['heads']} | {r['agree_pct']:.3f}% "
+            f"| {r['method']} | {r['heads_identical']}/{r['heads']} | {r['heads_identical_but_exact_ties']} "
+            f"| {r['agree_pct']:.3f}% "
             f"| {r['worst_head_agree_pct']:.2f}% | {r['score_max_rel_diff']:.2e} | {r['disputed_gap_rel_max']:.2e} "
             f"| {r['disagreements_near_ties']} | {r['ours_prefill_s']:.3f} / {r['kvpress_prefill_s']:.3f} "
             f"| {r['prefill_ours_over_kvpress']:.3f} | {r['prefill_over_our_snapkv']:.3f} |"
