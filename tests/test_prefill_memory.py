@@ -25,7 +25,6 @@ METHODS = {
     "snapkv": ss.SnapKV(prompt_budget=128, window=32),
     "streaming_llm": ss.StreamingLLM(sinks=4, recent=60),
     "snapstream": ss.SnapStream(prompt_budget=64, window=8, recent=16),
-    "keydiff": ss.KeyDiff(prompt_budget=64),
     "expected_attention": ss.ExpectedAttention(prompt_budget=64, recent=16),
 }
 
