@@ -114,7 +114,7 @@ $(KVPRESS_STAMP): bench/kvpress_check/constraints.txt
 	$(KVPRESS_VENV)/bin/python -m pip check
 	touch $@
 
-kvpress-check: setup $(KVPRESS_STAMP) ## our SnapKV selection + timings vs kvpress's SnapKVPress, in its own venv
+kvpress-check: setup $(KVPRESS_STAMP) ## our SnapKV and prompt scorers vs their kvpress presses (positions, timings), in its own venv
 	$(PY) -m bench.kvpress_check.run --kvpress-python $(KVPRESS_VENV)/bin/python $(ARGS)
 
 clean: ## remove the environment and caches (keeps results/)

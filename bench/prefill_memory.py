@@ -84,7 +84,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
             peak, prefill_peak = item_peak(model, ids, method, args.n, args.steps, args.chunk)
             slots = method.prefill_slots(T)
             estimate = prefill_peak_bytes(config, T, slots, chunk_size=args.chunk, window=method.query_rows(T),
-                                          dtype_bytes=dtype_bytes)
+                                          dtype_bytes=dtype_bytes, score_buffers=method.score_buffers(T),
+                                          moments=method.query_moments(T) is not None)
             rows.append(dict(method=name, prompt_len=T, n=args.n, steps=args.steps,
                              chunk=args.chunk or DEFAULT_CHUNK, peak_mib=round(peak / MiB, 1),
                              prefill_peak_mib=round(prefill_peak / MiB, 1),

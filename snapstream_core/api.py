@@ -55,8 +55,8 @@ def compression_from_config(cfg: Mapping[str, Any]) -> CompressionMethod:
 def make_cache(model, method: CompressionMethod) -> CompressedCache:
     """A fresh :class:`CompressedCache` for one ``generate`` call on ``model``.
 
-    Checks that the model is a decoder whose layers all use full attention, and that ``positions=in_cache`` has a
-    RoPE it can re-rotate.
+    Checks that the model is a decoder whose layers all use full attention, and that ``positions=in_cache`` and a
+    method that reads RoPE (``CompressionMethod.reads_rope``) have a RoPE they can re-rotate.
     """
     from snapstream_core.cache import CompressedCache
     from snapstream_core.rope import rope_inv_freq
@@ -68,4 +68,7 @@ def make_cache(model, method: CompressionMethod) -> CompressedCache:
     inv_freq = rope_inv_freq(model)
     if method.positions == "in_cache" and inv_freq is None:
         raise ValueError("compression.positions=in_cache needs a RoPE linear in position (default/linear/llama3)")
+    if method.reads_rope and inv_freq is None:
+        raise ValueError(f"compression={method.method}: its scores rotate queries, which needs a RoPE linear in "
+                         "position (default/linear/llama3)")
     return CompressedCache(method, config.num_hidden_layers, inv_freq)

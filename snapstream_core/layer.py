@@ -33,6 +33,7 @@ import torch
 from transformers.cache_utils import CacheLayerMixin
 
 from snapstream_core.methods.base import CompressionMethod, PrefillView
+from snapstream_core.moments import QueryMoments
 from snapstream_core.selection import keep_indices
 from snapstream_core.slot_index import SlotIndex
 from snapstream_core.stats import KVStats
@@ -134,14 +135,17 @@ class CompressedLayer(SlotIndex, CacheLayerMixin):
         self._record()
         return k, v
 
-    def finish_prefill(self, query: torch.Tensor, key_valid: torch.Tensor, positions: torch.Tensor, scaling: float):
+    def finish_prefill(self, query: torch.Tensor, key_valid: torch.Tensor, positions: torch.Tensor, scaling: float,
+                       moments: QueryMoments | None = None):
         """Select what to keep, right after this layer's full prefill attention.
 
         Args:
-            query: (B, H, T, D) post-RoPE queries of the prompt.
+            query: (B, H, T, D) post-RoPE queries of the prompt (the chunked prefill: only its last rows).
             key_valid: (B, T) bool, False on left padding.
             positions: (B, T) long positions of the prompt tokens.
             scaling: the attention scale.
+            moments: the running query moments the chunked prefill summed, when the method reads them; None: they
+                are taken from ``query`` (every row of the one-pass prefill).
         """
         self.pending = False
         keys, values = self.keys, self.values
@@ -150,7 +154,12 @@ class CompressedLayer(SlotIndex, CacheLayerMixin):
             idx = torch.arange(T, device=keys.device).expand(B, H_kv, T)
             n_frozen = T
         else:
-            sel = self.method.select(PrefillView(query=query, keys=keys, key_valid=key_valid, scaling=scaling))
+            skip = self.method.query_moments(T)
+            if skip is not None and moments is None:
+                moments = QueryMoments.of(query, positions, key_valid, skip, self.inv_freq)
+            view = PrefillView(query=query, keys=keys, key_valid=key_valid, scaling=scaling, values=values,
+                               moments=moments, inv_freq=self.inv_freq)
+            sel = self.method.select(view)
             idx = keep_indices(sel.scores, sel.n_keep, sel.n_frozen, key_valid)
             n_frozen = sel.n_frozen
         n_keep = idx.shape[-1]

@@ -15,8 +15,12 @@ after its selection, ``w`` the query rows the selection scores with::
             + max(C*(2d + 3I)*b,                     one chunk's MLP
                   C*(2d + 2(H + 2H_kv)D)*b             one chunk's attention projections
                     + [C<T]*(C*T*(1+b) + 2*T*H*D*b),   later chunks: sdpa's mask (bool + float), K/V repeated to H
-                  3*H*w*T*4 + [b!=4]*2*T*H_kv*D*4)   SnapKV window scores (fp32)
+                  3*H*w*T*4 + [b!=4]*2*T*H_kv*D*4    SnapKV window scores (fp32)
+                    + n*H_kv*T*D*4 + m*H*T*4)          a scorer's own fp32 buffers (score_buffers = (n, m))
             + 2*C*D*4 + V*4                          RoPE cos/sin of a chunk, the last position's logits
+            + [moments]*2*H*D*(D+1)*8                running query moments (float64 sums, held over the layer)
+    (with moments, one chunk's attention is the larger of the above and its projections, mask and 4*C*H*D*8: the
+    chunk's queries rotated back in float64 after the attention, when the repeated K/V are freed)
     row     = slots*(2*L*H_kv*D*b + L*H_kv)          K/V and the bool slot mask of one decode row
             + 8*(max_new + 1)                        its token buffer
             + V*(4 + SAMPLING_BYTES_PER_ENTRY)       float32 logits and the sampling temporaries
@@ -79,17 +83,26 @@ class Arch:
         return 2 * self.n_layers * self.n_kv_heads * self.head_dim * self.dtype_bytes
 
 
-def prefill_terms(a: Arch, T: int, slots: int, *, chunk: int, window: int = 0) -> dict[str, int]:
+def prefill_terms(a: Arch, T: int, slots: int, *, chunk: int, window: int = 0,
+                  score_buffers: tuple[int, int] = (0, 0), moments: bool = False) -> dict[str, int]:
     """The bytes :func:`snapstream_core.prefill.prefill_prompt` holds at its peak above the weights, by term.
 
     ``slots``: KV entries per KV head a compressed layer holds after its selection (``T`` for ``none``, the ring
-    included for the ring methods); ``window``: the query rows the selection scores with (0: no SnapKV scoring)."""
+    included for the ring methods); ``window``: the query rows the selection scores with (0: no SnapKV scoring);
+    ``score_buffers``: the scorer's own fp32 buffers (``CompressionMethod.score_buffers``); ``moments``: whether the
+    selection reads the running query moments (``CompressionMethod.query_moments`` is not None)."""
     b, L, H, H_kv, D, d = a.dtype_bytes, a.n_layers, a.n_heads, a.n_kv_heads, a.head_dim, a.hidden
     C = min(chunk, T)
     attention = C * (2 * d + 2 * (H + 2 * H_kv) * D) * b
     if C < T:  # chunks after the first: explicit mask (bool + float) and K/V repeated to the H query heads
-        attention += C * T * (1 + b) + 2 * T * H * D * b
-    scoring = 3 * H * window * T * FLOAT32 + (2 * T * H_kv * D * FLOAT32 if b != FLOAT32 else 0)
+        attention += C * T * (1 + b)
+    if moments:  # after attention (the repeated K/V are freed): the chunk's queries rotated back in float64
+        attention = max(attention + (2 * T * H * D * b if C < T else 0), attention + 4 * C * H * D * 8)
+    elif C < T:
+        attention += 2 * T * H * D * b
+    n, m = score_buffers
+    scoring = (3 * H * window * T * FLOAT32 + (2 * T * H_kv * D * FLOAT32 if b != FLOAT32 else 0)
+               + n * H_kv * T * D * FLOAT32 + m * H * T * FLOAT32)
     return {
         "residual": T * d * b,
         "full_layer": 2 * T * H_kv * D * b,
@@ -97,6 +110,7 @@ def prefill_terms(a: Arch, T: int, slots: int, *, chunk: int, window: int = 0) -
         "chunk_peak": max(C * (2 * d + 3 * a.intermediate) * b, attention, scoring),
         "rope": 2 * C * D * FLOAT32,
         "logits": a.vocab * FLOAT32,
+        "query_moments": 2 * H * D * (D + 1) * 8 if moments else 0,
     }
 
 
@@ -114,10 +128,12 @@ def row_terms(a: Arch, slots: int, max_new: int) -> dict[str, int]:
 
 
 def job_terms(a: Arch, weight_bytes: int, rows: int, *, slots: int, max_new: int, T: int, prefill_slots: int,
-              window: int, chunk: int) -> dict[str, int]:
+              window: int, chunk: int, score_buffers: tuple[int, int] = (0, 0),
+              moments: bool = False) -> dict[str, int]:
     """The peak of a job that holds ``rows`` decode rows of ``slots`` slots while it prefills a ``T``-token prompt
     and draws a sample's first token from the prefill's logits."""
-    prefill = sum(prefill_terms(a, T, prefill_slots, chunk=chunk, window=window).values())
+    prefill = sum(prefill_terms(a, T, prefill_slots, chunk=chunk, window=window, score_buffers=score_buffers,
+                                moments=moments).values())
     return {"weights": weight_bytes, "prefill": prefill, "first_draw": a.vocab * SAMPLING_BYTES_PER_ENTRY,
             "rows": rows * sum(row_terms(a, slots, max_new).values())}
 

@@ -39,6 +39,7 @@ from snapstream_core.attention import attach
 from snapstream_core.cache import ACTIVE_LAYER, CompressedCache
 from snapstream_core.memory import PREFILL_CHUNK, Arch, prefill_terms
 from snapstream_core.methods.base import CompressionMethod
+from snapstream_core.moments import QueryMoments
 
 log = logging.getLogger(__name__)
 
@@ -60,10 +61,13 @@ class _StagingLayer(CacheLayerMixin):
     is_sliding = False
     is_compileable = False
 
-    def __init__(self, total: int, rows: int):
+    def __init__(self, total: int, rows: int, moments_skip: int | None = None, inv_freq: torch.Tensor | None = None):
         super().__init__()
         self.total = total  # prompt length T
         self.rows = rows  # query rows the selection reads (the last ``rows`` positions)
+        self.moments_skip = moments_skip  # the method's query_moments(T): None, or the leading tokens not counted
+        self.inv_freq = inv_freq
+        self.moments: QueryMoments | None = None
         self.layer_idx = 0
         self.filled = 0
         self.pending = True  # read by the attention function: hand the queries over after attention
@@ -73,6 +77,7 @@ class _StagingLayer(CacheLayerMixin):
     def start(self, layer_idx: int) -> None:
         self.layer_idx, self.filled = layer_idx, 0
         self.keys = self.values = self.query_tail = None
+        self.moments = None
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         self.dtype, self.device = key_states.dtype, key_states.device
@@ -106,8 +111,14 @@ class _StagingLayer(CacheLayerMixin):
         return self.keys[:, :, : self.filled], self.values[:, :, : self.filled]
 
     def finish_prefill(self, query: torch.Tensor, key_valid, positions, scaling: float) -> None:
-        """Called by the attention function after the chunk's attention: keep the last ``rows`` query rows."""
+        """Called by the attention function after the chunk's attention: add the chunk's queries to the running
+        moments (when the selection reads them) and keep the last ``rows`` query rows."""
         self.scaling = scaling
+        if self.moments_skip is not None:
+            if self.moments is None:
+                self.moments = QueryMoments(self.moments_skip, self.inv_freq)
+            q = query.shape[2]
+            self.moments.add(query, positions[:, -q:].expand(query.shape[0], q), key_valid[:, -q:])
         if self.rows == 0:
             return
         tail = query[:, :, -self.rows :]
@@ -129,7 +140,8 @@ class _StagingCache(Cache):
 
 
 def prefill_peak_bytes(
-    config, prompt_len: int, slots: int, *, chunk_size: int | None = None, window: int = 0, dtype_bytes: int = 4
+    config, prompt_len: int, slots: int, *, chunk_size: int | None = None, window: int = 0, dtype_bytes: int = 4,
+    score_buffers: tuple[int, int] = (0, 0), moments: bool = False,
 ) -> int:
     """Tensor bytes :func:`prefill_prompt` holds at its peak above the weights (sdpa attention, batch 1): the sum of
     :func:`snapstream_core.memory.prefill_terms` (the model the planner uses too).
@@ -138,10 +150,12 @@ def prefill_peak_bytes(
         config: the model's text config. prompt_len: T. slots: KV entries per KV head a compressed layer holds after
             its selection (``method.prefill_slots(T)``). window: query rows the selection scores with
             (``method.query_rows(T)``; 0 without SnapKV scoring). dtype_bytes: bytes per element of the activations and
-            the cache.
+            the cache. score_buffers: ``method.score_buffers(T)``. moments: ``method.query_moments(T) is not None``.
     """
     chunk = DEFAULT_CHUNK if chunk_size is None else chunk_size
-    return sum(prefill_terms(Arch.of(config, dtype_bytes), prompt_len, slots, chunk=chunk, window=window).values())
+    terms = prefill_terms(Arch.of(config, dtype_bytes), prompt_len, slots, chunk=chunk, window=window,
+                          score_buffers=score_buffers, moments=moments)
+    return sum(terms.values())
 
 
 def layer_major(model) -> bool:
@@ -184,7 +198,7 @@ def prefill_prompt(
 
     decoder: LlamaModel = model.model
     n_layers = len(cache.layers)
-    staging = _StagingLayer(T, method.query_rows(T))
+    staging = _StagingLayer(T, method.query_rows(T), method.query_moments(T), cache.inv_freq)
     staged = _StagingCache(staging, n_layers)
     hidden = decoder.embed_tokens(ids)  # (1, T, d): the residual stream
     spans = [(s, min(s + chunk, T)) for s in range(0, T, chunk)]
@@ -220,4 +234,4 @@ def _compress(layer, staging: _StagingLayer, T: int, positions: torch.Tensor) ->
             H = keys.shape[1]  # any head count: unused
             query = keys.new_empty(keys.shape[0], H, 0, keys.shape[-1])
         valid = torch.ones(1, T, dtype=torch.bool, device=keys.device)
-        layer.finish_prefill(query, valid, positions, staging.scaling)
+        layer.finish_prefill(query, valid, positions, staging.scaling, staging.moments)

@@ -1,6 +1,6 @@
 """The method matrix the generation tests run on ``tiny_llama`` (every method, budgets that compress 40-300-token
-prompts and rings that wrap within a few new tokens, and the ratio variants whose budget follows the prompt), and
-the random prompts they feed it."""
+prompts and rings that wrap within a few new tokens, and the ratio variants whose budget follows the prompt; the
+prompt scorers once each, two with a decode ring and one with a ratio), and the random prompts they feed it."""
 
 from __future__ import annotations
 
@@ -15,6 +15,10 @@ METHODS = [
     ss.SnapStream(prompt_budget=64, recent=8),
     ss.SnapKV(ratio=0.5),
     ss.SnapStream(ratio=0.5, recent=8),
+    ss.Knorm(prompt_budget=64),
+    ss.TOVA(prompt_budget=64, recent=8),
+    ss.KeyDiff(ratio=0.5),
+    ss.ExpectedAttention(prompt_budget=64, recent=8),
 ]
 IDS = [m.method + ("-ratio" if getattr(m, "ratio", None) else "") for m in METHODS]
 

@@ -20,6 +20,10 @@ def unlimited_methods(prompt_len: int, new: int):
         ss.StreamingLLM(sinks=4, recent=total),
         ss.SnapStream(prompt_budget=total, recent=new),
         ss.SnapStream(prompt_budget=total, recent=new, positions="in_cache"),
+        ss.Knorm(prompt_budget=total),
+        ss.TOVA(prompt_budget=total, recent=new),
+        ss.KeyDiff(ratio=0.0),
+        ss.ExpectedAttention(prompt_budget=total, recent=new),
     ]
 
 
@@ -129,6 +133,9 @@ METHODS = [
     ss.SnapStream(prompt_budget=64, recent=16),
     ss.SnapStream(prompt_budget=64, recent=16, positions="in_cache"),
     ss.StreamingLLM(sinks=4, recent=60, positions="in_cache"),
+    ss.TOVA(prompt_budget=64, recent=16),
+    ss.KeyDiff(prompt_budget=64),
+    ss.ExpectedAttention(prompt_budget=64, recent=16),
 ]
 
 

@@ -34,8 +34,10 @@ def test_geometry_matches_the_prefilled_cache(tiny_model, method, T):
     assert method.slots(T, 10) >= method.tokens_held(T, 9)  # a row holds every token fed back
     if method.ring is not None:
         assert method.slots(T, 10) == method.slots(T, 10_000)
-    assert method.query_rows(T) == (min(method.window, T) if hasattr(method, "window")
-                                    and method.needs_selection(T) else 0)
+    window = min(method.window, T) if hasattr(method, "window") else int(method.method == "tova")
+    assert method.query_rows(T) == (window if method.needs_selection(T) else 0)
+    expected_moments = method.sinks if method.method == "expected_attention" and method.needs_selection(T) else None
+    assert method.query_moments(T) == expected_moments
 
 
 def test_every_method_declares_what_its_budget_caps():

@@ -25,6 +25,7 @@ METHODS = {
     "snapkv": ss.SnapKV(prompt_budget=128, window=32),
     "streaming_llm": ss.StreamingLLM(sinks=4, recent=60),
     "snapstream": ss.SnapStream(prompt_budget=64, window=8, recent=16),
+    "expected_attention": ss.ExpectedAttention(prompt_budget=64, recent=16),
 }
 
 
@@ -61,7 +62,8 @@ def test_documented_peak_matches_tracked_allocations(model, name, T, chunk):
     with LiveBytes() as mem:
         prefill_prompt(model, ids, method, chunk_size=chunk)
     estimate = prefill_peak_bytes(model.config, T, method.prefill_slots(T), chunk_size=chunk,
-                                  window=method.query_rows(T))
+                                  window=method.query_rows(T), score_buffers=method.score_buffers(T),
+                                  moments=method.query_moments(T) is not None)
     assert 0.85 * mem.peak <= estimate <= 1.15 * mem.peak, (mem.peak, estimate)
 
 

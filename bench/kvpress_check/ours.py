@@ -1,10 +1,10 @@
 """Our side of the kvpress cross-check (our environment): ``python -m bench.kvpress_check.ours FOLDER --rep R``.
 
-Rep 0 also records our selection: per layer, the sorted positions each KV head keeps (``SnapKV`` with kvpress's
-knobs: avg pooling, its kernel and window, GQA mean, no sinks, the same number kept) and the prefix scores divided by
-the window (kvpress averages over the window where SnapKV sums; the order is the same), into ``ours_selection.json``
-and ``ours_scores.pt``. Every rep times none / snapkv / snapstream (prefill + greedy decode, the same loop as
-kvpress's side) into ``ours_rep<R>.json``.
+Rep 0 also records our selection of every method with a kvpress twin (:data:`SCORED`): per layer, the sorted
+positions each KV head keeps, into ``ours_selection.json``, and the scores each layer's selection ranked by, into
+``ours_scores_<method>.pt`` (B dropped: (H_kv, T) per layer, ``+inf`` on what the method always keeps; SnapKV's divided
+by its window, since kvpress averages over the window where SnapKV sums: the order is the same). Every rep times
+every method of :func:`methods` (prefill + greedy decode, the same loop as kvpress's side) into ``ours_rep<R>.json``.
 """
 
 from __future__ import annotations
@@ -20,41 +20,59 @@ import snapstream_core as ss
 from bench.kvpress_check.common import load_model, read_job, timed_run
 from snapstream_core.methods.base import PrefillView, Selection
 
-
-@dataclass(frozen=True)
-class RecordingSnapKV(ss.SnapKV):
-    """``SnapKV`` that keeps each layer's prefix scores (in call order = layer order)."""
-
-    record: list = field(default_factory=list, compare=False, repr=False)
-
-    def select(self, view: PrefillView) -> Selection:
-        sel = super().select(view)
-        self.record.append(sel.scores[0, :, : -self.window].detach().clone() / self.window)
-        return sel
+# Our methods whose kept positions are compared with a kvpress press (compare.TWINS names the press).
+SCORED = ("snapkv", "knorm", "tova", "keydiff", "expected_attention")
 
 
-def _snapkv(job: dict, cls=ss.SnapKV, **extra) -> ss.SnapKV:
-    return cls(prompt_budget=job["n_keep"], window=job["window"], kernel=job["kernel"], pooling="avg",
-               gqa_agg="mean", sinks=0, **extra)  # fmt: skip
+def recording(cls: type[ss.CompressionMethod]) -> type[ss.CompressionMethod]:
+    """``cls`` that keeps each layer's selection scores (in call order = layer order)."""
+
+    @dataclass(frozen=True)
+    class Recording(cls):
+        record: list = field(default_factory=list, compare=False, repr=False)
+
+        def select(self, view: PrefillView) -> Selection:
+            sel = super().select(view)
+            self.record.append(sel.scores[0].detach().clone())
+            return sel
+
+    return Recording
+
+
+def _snapkv_knobs(job: dict) -> dict:
+    return dict(prompt_budget=job["n_keep"], window=job["window"], kernel=job["kernel"], pooling="avg",
+                gqa_agg="mean", sinks=0)  # fmt: skip
+
+
+def _build(name: str, job: dict, record: bool = False) -> ss.CompressionMethod:
+    """Our method ``name`` at kvpress's knobs: SnapKV with avg pooling, GQA mean, no sinks; the scorers with
+    kvpress's defaults (no sinks, ExpectedAttention's 4 sinks and 512 future positions), the same number kept."""
+    n = job["n_keep"]
+    classes = {"snapkv": ss.SnapKV, "knorm": ss.Knorm, "tova": ss.TOVA, "keydiff": ss.KeyDiff,
+               "expected_attention": ss.ExpectedAttention}  # fmt: skip
+    if name == "snapstream":
+        return ss.SnapStream(**_snapkv_knobs(job), recent=job["recent"])
+    if name == "none":
+        return ss.NoCompression()
+    cls = recording(classes[name]) if record else classes[name]
+    return cls(**_snapkv_knobs(job)) if name == "snapkv" else cls(prompt_budget=n)
 
 
 def methods(job: dict) -> dict[str, ss.CompressionMethod]:
-    snapkv = _snapkv(job)
-    return {
-        "none": ss.NoCompression(),
-        "snapkv": snapkv,
-        "snapstream": ss.SnapStream(**{k: getattr(snapkv, k) for k in snapkv.field_names()}, recent=job["recent"]),
-    }
+    return {name: _build(name, job) for name in ("none", "snapkv", "snapstream", *SCORED[1:])}
 
 
 @torch.no_grad()
 def record_selection(model, ids: torch.Tensor, job: dict, folder: Path) -> None:
-    method = _snapkv(job, RecordingSnapKV)
-    cache = ss.make_cache(model, method)
-    model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
-    kept = [[sorted(row.tolist()) for row in layer.pos[0]] for layer in cache.layers]  # (layers, H_kv, n_keep)
+    kept = {}
+    for name in SCORED:
+        method = _build(name, job, record=True)
+        cache = ss.make_cache(model, method)
+        model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        kept[name] = [[sorted(row.tolist()) for row in layer.pos[0]] for layer in cache.layers]  # (L, H_kv, n)
+        scale = job["window"] if name == "snapkv" else 1
+        torch.save([(s / scale).cpu() for s in method.record], folder / f"ours_scores_{name}.pt")
     (folder / "ours_selection.json").write_text(json.dumps({"kept": kept}))
-    torch.save([s.cpu() for s in method.record], folder / "ours_scores.pt")
 
 
 def main() -> None:

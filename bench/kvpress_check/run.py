@@ -1,8 +1,10 @@
 """``python -m bench.kvpress_check.run --kvpress-python .venv-kvpress/bin/python`` (``make kvpress-check``).
 
 Builds one long prompt (a needle item of the harness, SmolLM2's chat template), writes the job, runs our side and
-kvpress's side alternately (``--reps`` times, each in a fresh process), and writes ``kvpress_agreement.csv``
-(per layer/KV head), ``kvpress_timing.csv`` and ``kvpress.md`` into ``--out``.
+kvpress's side alternately (``--reps`` times, each in a fresh process), and writes into ``--out``:
+``kvpress_agreement.csv`` (one row per method with a kvpress twin: SnapKV, Knorm, TOVA, KeyDiff, ExpectedAttention;
+its agreement and, beside it, its prefill times), ``kvpress_agreement_heads.csv`` (per method, layer and KV head),
+``kvpress_timing.csv`` (every timed pair) and ``kvpress.md``.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import sys
 from pathlib import Path
 
 from bench.kvpress_check.common import JOB
-from bench.kvpress_check.compare import agreement, timing
+from bench.kvpress_check.compare import NEAR_TIE, head_rows, summary, timing
+from bench.kvpress_check.ours import SCORED
 from bench.models import REPO
 from bench.report import write_csv
 
@@ -46,22 +49,52 @@ def _run(cmd: list[str]) -> None:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
 
 
-def markdown(overall: dict, times: list[dict], job: dict, load: tuple[float, float]) -> str:
+def agreement_rows(work: Path, times: list[dict]) -> tuple[list[dict], list[dict]]:
+    """(one summary row per scored method with its prefill times beside, every (method, layer, KV head) row)."""
+    by_ours = {t["ours"]: t for t in times}
+    heads, table = [], []
+    for method in SCORED:
+        rows = head_rows(work, method)
+        heads += rows
+        t = by_ours[method]
+        table.append({**summary(rows), "ours_prefill_s": t["ours_prefill_s"],
+                      "kvpress_prefill_s": t["kvpress_prefill_s"],
+                      "prefill_ours_over_kvpress": t["prefill_s_ours_over_kvpress"],
+                      "prefill_over_our_snapkv": t["prefill_s_over_our_snapkv"]})  # fmt: skip
+    return table, heads
+
+
+def markdown(table: list[dict], times: list[dict], job: dict, load: tuple[float, float]) -> str:
     lines = [
         "# kvpress cross-check (SmolLM2-135M-Instruct, fp32, CPU)",
         "",
-        f"Prompt: needle item, {len(job['ids'])} tokens. Knobs: window {job['window']}, kernel {job['kernel']} "
-        f"(avg pooling), GQA mean, {job['n_keep']} kept per layer and KV head (ours: `SnapKV(pooling='avg', "
-        f"gqa_agg='mean', sinks=0)`; kvpress: `SnapKVPress` with the compression ratio that keeps the same number).",
+        f"Prompt: needle item, {len(job['ids'])} tokens; {job['n_keep']} kept per layer and KV head by both sides "
+        f"(kvpress: the compression ratio that keeps that many). SnapKV: window {job['window']}, kernel "
+        f"{job['kernel']} (avg pooling), GQA mean (ours: `SnapKV(pooling='avg', gqa_agg='mean', sinks=0)`). Knorm, "
+        "TOVA, KeyDiff, ExpectedAttention: kvpress's defaults (no sinks; ExpectedAttention 4 sinks, 512 future "
+        "positions), ours `Knorm/TOVA/KeyDiff/ExpectedAttention(prompt_budget=...)` at their defaults.",
         "",
-        f"Selected positions in common: **{overall['agree_pct']:.2f}%** over {overall['heads']} layer×KV-head "
-        f"pairs ({overall['layers']} layers × {overall['kv_heads']} KV heads); prefix only (the window is kept by "
-        f"both): mean {overall['prefix_agree_pct_mean']:.2f}%, worst head {overall['prefix_agree_pct_min']:.2f}%; "
-        f"{overall['heads_identical']}/{overall['heads']} heads identical. Largest relative score difference "
-        f"(ours ÷ window vs kvpress): {overall['score_max_rel_diff']:.2e}.",
+        f"Agreement of the kept positions, per (layer, KV head); a disagreement is a near-tie when its kvpress score "
+        f"is within {NEAR_TIE:g} (relative) of kvpress's cutoff. Prefill seconds are medians of {times[0]['reps']} "
+        f"interleaved reps (load average {load[0]} → {load[1]}); ÷ our SnapKV is the median ratio to our SnapKV's "
+        "prefill in the same process:",
         "",
-        f"Timing ({job['steps']} greedy decode steps, the same loop on both sides; medians of {times[0]['reps']} "
-        f"interleaved reps; load average {load[0]} → {load[1]}):",
+        "| method | heads identical | + differing only in exact ties | positions in common | worst head "
+        "| largest rel. score diff | largest disputed gap | near-ties | prefill s ours / kvpress | ÷ kvpress "
+        "| ÷ our SnapKV |",
+        "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|",
+    ]
+    for r in table:
+        lines.append(
+            f"| {r['method']} | {r['heads_identical']}/{r['heads']} | {r['heads_identical_but_exact_ties']} "
+            f"| {r['agree_pct']:.3f}% "
+            f"| {r['worst_head_agree_pct']:.2f}% | {r['score_max_rel_diff']:.2e} | {r['disputed_gap_rel_max']:.2e} "
+            f"| {r['disagreements_near_ties']} | {r['ours_prefill_s']:.3f} / {r['kvpress_prefill_s']:.3f} "
+            f"| {r['prefill_ours_over_kvpress']:.3f} | {r['prefill_over_our_snapkv']:.3f} |"
+        )
+    lines += [
+        "",
+        f"Timing ({job['steps']} greedy decode steps, the same loop on both sides):",
         "",
         "| ours | kvpress | prefill s ours / kvpress | ratio | decode ms/token ours / kvpress | ratio "
         "| KV at end ours / kvpress | same greedy tokens |",
@@ -103,11 +136,12 @@ def main(argv: list[str] | None = None) -> int:
         _run([sys.executable, "-m", "bench.kvpress_check.ours", str(a.work), "--rep", str(rep)])
         _run([a.kvpress_python, str(REPO / "bench" / "kvpress_check" / "theirs.py"), str(a.work), "--rep", str(rep)])
     load = (load_start, round(os.getloadavg()[0], 2))
-    rows, overall = agreement(a.work, a.window)
     times = timing(a.work, a.reps)
-    write_csv(a.out / "kvpress_agreement.csv", rows, list(rows[0]))
+    table, heads = agreement_rows(a.work, times)
+    write_csv(a.out / "kvpress_agreement.csv", table, list(table[0]))
+    write_csv(a.out / "kvpress_agreement_heads.csv", heads, list(heads[0]))
     write_csv(a.out / "kvpress_timing.csv", times, list(times[0]))
-    text = markdown(overall, times, job, load)
+    text = markdown(table, times, job, load)
     (a.out / "kvpress.md").write_text(text)
     print(text)
     return 0

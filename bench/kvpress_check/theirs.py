@@ -1,10 +1,11 @@
 """kvpress's side of the cross-check, run in ``.venv-kvpress``: ``python bench/kvpress_check/theirs.py FOLDER --rep R``.
 
-Imports kvpress, transformers < 5.3 and torch only (never our packages). Rep 0 also records, per layer, the sorted
-positions ``SnapKVPress`` keeps (the top-``n_kept`` of its scores, exactly as ``ScorerPress.compress`` takes them) and
-its prefix scores, into ``theirs_selection.json`` and ``theirs_scores.pt``. Every rep times: no press;
-``SnapKVPress`` at prefill; and ``SnapKVPress`` + its ``DecodingPress`` (``StreamingLLMPress`` every
-``decode_interval`` steps back to ``n_keep`` entries) into ``theirs_rep<R>.json``.
+Imports kvpress, transformers < 5.3 and torch only (never our packages). Rep 0 also records, for every press with a
+twin of ours (:data:`SCORED`), per layer, the sorted positions it keeps (the top-``n_kept`` of its scores, exactly as
+``ScorerPress.compress`` takes them) into ``theirs_selection.json``, and its scores (H_kv, T) per layer into
+``theirs_scores_<method>.pt``. Every rep times: no press; each press at prefill; and ``SnapKVPress`` + its
+``DecodingPress`` (``StreamingLLMPress`` every ``decode_interval`` steps back to ``n_keep`` entries) into
+``theirs_rep<R>.json``.
 """
 
 from __future__ import annotations
@@ -16,21 +17,37 @@ from pathlib import Path
 
 import torch
 from common import load_model, read_job, selected_positions, timed_run
-from kvpress import DecodingPress, PrefillDecodingPress, SnapKVPress, StreamingLLMPress
+from kvpress import (
+    DecodingPress,
+    ExpectedAttentionPress,
+    KeyDiffPress,
+    KnormPress,
+    PrefillDecodingPress,
+    SnapKVPress,
+    StreamingLLMPress,
+    TOVAPress,
+)
 from kvpress.utils import compute_n_kept
 from transformers import DynamicCache
 
+# Our method name -> its kvpress twin (the same names as ours.SCORED).
+SCORED = {"snapkv": SnapKVPress, "knorm": KnormPress, "tova": TOVAPress, "keydiff": KeyDiffPress,
+          "expected_attention": ExpectedAttentionPress}  # fmt: skip
 
-@dataclass
-class RecordingSnapKVPress(SnapKVPress):
-    """``SnapKVPress`` that keeps each layer's scores (B, H_kv, T), in call order = layer order."""
 
-    record: list = field(default_factory=list)
+def recording(cls):
+    """``cls`` that keeps each layer's scores (B dropped: (H_kv, T)), in call order = layer order."""
 
-    def score(self, module, hidden_states, keys, values, attentions, kwargs):
-        scores = super().score(module, hidden_states, keys, values, attentions, kwargs)
-        self.record.append(scores[0].detach().clone())
-        return scores
+    @dataclass
+    class Recording(cls):
+        record: list = field(default_factory=list)
+
+        def score(self, module, hidden_states, keys, values, attentions, kwargs):
+            scores = super().score(module, hidden_states, keys, values, attentions, kwargs)
+            self.record.append(scores[0].detach().clone())
+            return scores
+
+    return Recording
 
 
 def ratio_for(n_tokens: int, n_keep: int) -> float:
@@ -41,30 +58,41 @@ def ratio_for(n_tokens: int, n_keep: int) -> float:
     return ratio
 
 
+def _press(name: str, job: dict, ratio: float, record: bool = False):
+    """The press twin of our method ``name``, at kvpress's defaults but ``compression_ratio`` (and SnapKV's window
+    and kernel from the job)."""
+    cls = SCORED[name]
+    cls = recording(cls) if record else cls
+    if name == "snapkv":
+        return cls(compression_ratio=ratio, window_size=job["window"], kernel_size=job["kernel"])
+    return cls(compression_ratio=ratio)
+
+
 def presses(job: dict, ratio: float) -> dict:
-    snapkv = dict(compression_ratio=ratio, window_size=job["window"], kernel_size=job["kernel"])
     decoding = DecodingPress(
         base_press=StreamingLLMPress(n_sink=4),
         compression_interval=job["decode_interval"],
         target_size=job["n_keep"],
     )
-    return {
-        "none": None,
-        "snapkv": SnapKVPress(**snapkv),
-        "snapkv+decoding": PrefillDecodingPress(prefilling_press=SnapKVPress(**snapkv), decoding_press=decoding),
-    }
+    out = {"none": None, "snapkv": _press("snapkv", job, ratio)}
+    out["snapkv+decoding"] = PrefillDecodingPress(prefilling_press=_press("snapkv", job, ratio),
+                                                  decoding_press=decoding)
+    out.update({name: _press(name, job, ratio) for name in SCORED if name != "snapkv"})
+    return out
 
 
 @torch.no_grad()
 def record_selection(model, ids: torch.Tensor, job: dict, ratio: float, folder: Path) -> None:
-    press = RecordingSnapKVPress(compression_ratio=ratio, window_size=job["window"], kernel_size=job["kernel"])
-    cache = DynamicCache()
-    with press(model):
-        model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
     n_kept = compute_n_kept(ids.shape[-1], ratio)
-    kept = [selected_positions(scores, n_kept) for scores in press.record]
+    kept = {}
+    for name in SCORED:
+        press = _press(name, job, ratio, record=True)
+        cache = DynamicCache()
+        with press(model):
+            model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        kept[name] = [selected_positions(scores, n_kept) for scores in press.record]
+        torch.save([s.cpu() for s in press.record], folder / f"theirs_scores_{name}.pt")
     (folder / "theirs_selection.json").write_text(json.dumps({"kept": kept, "compression_ratio": ratio}))
-    torch.save([s[:, : -job["window"]].cpu() for s in press.record], folder / "theirs_scores.pt")
 
 
 def main() -> None:

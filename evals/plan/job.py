@@ -41,6 +41,8 @@ class Job:
     slots: int  # KV slots of one decode row (fixed for the whole job: one compiled graph)
     prefill_slots: int  # KV slots a compressed layer holds after its selection at prefill (the ring included)
     window: int  # query rows the prefill's selection scores with (0: no SnapKV scoring)
+    score_buffers: tuple[int, int]  # the scorer's own fp32 buffers at prefill (CompressionMethod.score_buffers)
+    moments: bool  # the selection reads running query moments (CompressionMethod.query_moments)
     rows_request: int | None  # gen.rows: None = auto (the most that fit)
     memory_gib: float  # plan.memory_gib
     run_dir: str
@@ -74,10 +76,11 @@ def _method(compression: Mapping[str, Any]):
 
 
 def _geometry(method, T: int, G: int) -> dict[str, int]:
-    """kept, slots, prefill_slots and window of the longest prompt ``T`` with ``G`` new tokens, as the method gives
-    them (a method owns its geometry)."""
+    """kept, slots, prefill_slots, window, score_buffers and moments of the longest prompt ``T`` with ``G`` new
+    tokens, as the method gives them (a method owns its geometry)."""
     return {"kept": method.kept(T), "slots": method.slots(T, G), "prefill_slots": method.prefill_slots(T),
-            "window": method.query_rows(T)}
+            "window": method.query_rows(T), "score_buffers": method.score_buffers(T),
+            "moments": method.query_moments(T) is not None}
 
 
 def job_from_config(cfg: Any, max_prompt_tokens: int | None = None) -> Job:
@@ -157,9 +160,10 @@ def peak_bytes(job: Job, rows: int) -> int:
     return sum(peak_terms(job, rows).values())
 
 
-def _model_args(job: Job) -> dict[str, int]:
+def _model_args(job: Job) -> dict[str, Any]:
     return {"slots": job.slots, "max_new": job.max_new_tokens, "T": job.max_prompt_tokens,
-            "prefill_slots": job.prefill_slots, "window": job.window, "chunk": PREFILL_CHUNK}
+            "prefill_slots": job.prefill_slots, "window": job.window, "chunk": PREFILL_CHUNK,
+            "score_buffers": job.score_buffers, "moments": job.moments}
 
 
 def max_rows(job: Job, memory_gib: float | None = None, usable: float | None = None) -> int:

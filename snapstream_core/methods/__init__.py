@@ -11,16 +11,24 @@ result-row and summary columns and report labels (:func:`knob_names`), lm-eval `
 from dataclasses import fields
 
 from snapstream_core.methods.base import CompressionMethod
+from snapstream_core.methods.expected_attention import ExpectedAttention
+from snapstream_core.methods.keydiff import KeyDiff
+from snapstream_core.methods.knorm import Knorm
 from snapstream_core.methods.none import NoCompression
 from snapstream_core.methods.snapkv import SnapKV
 from snapstream_core.methods.snapstream import SnapStream
 from snapstream_core.methods.streaming_llm import StreamingLLM
+from snapstream_core.methods.tova import TOVA
 
 METHODS: dict[str, type[CompressionMethod]] = {
     "none": NoCompression,
     "snapkv": SnapKV,
     "streaming_llm": StreamingLLM,
     "snapstream": SnapStream,
+    "knorm": Knorm,
+    "tova": TOVA,
+    "keydiff": KeyDiff,
+    "expected_attention": ExpectedAttention,
 }
 
 
@@ -34,4 +42,5 @@ def knob_names() -> list[str]:
     return [*names, *shared]
 
 
-__all__ = ["METHODS", "knob_names", "CompressionMethod", "NoCompression", "SnapKV", "SnapStream", "StreamingLLM"]
+__all__ = ["METHODS", "knob_names", "CompressionMethod", "ExpectedAttention", "KeyDiff", "Knorm", "NoCompression",
+           "SnapKV", "SnapStream", "StreamingLLM", "TOVA"]

@@ -26,14 +26,20 @@ def tag_prefix(f: Field) -> str:
 class PrefillView:
     """What a layer exposes to a method at the end of its prefill attention.
 
-    Shapes: ``query`` (B, H, T, D) post-RoPE queries; ``keys`` (B, H_kv, T, D) post-RoPE keys; ``key_valid`` (B, T)
-    bool, False on left padding; ``scaling`` the attention scale (1/sqrt(D) for Llama).
+    Shapes: ``query`` (B, H, w, D) post-RoPE queries of the last ``w = method.query_rows(T)`` positions (or more);
+    ``keys`` (B, H_kv, T, D) post-RoPE keys; ``key_valid`` (B, T) bool, False on left padding; ``scaling`` the
+    attention scale (1/sqrt(D) for Llama); ``values`` (B, H_kv, T, D); ``moments`` the running moments of the pre-RoPE
+    queries (:class:`snapstream_core.moments.QueryMoments`) when ``method.query_moments(T)`` asks for them, else None;
+    ``inv_freq`` (D/2,) the model's RoPE inverse frequencies (None when its angle is not linear in the position).
     """
 
     query: torch.Tensor
     keys: torch.Tensor
     key_valid: torch.Tensor
     scaling: float
+    values: torch.Tensor | None = None
+    moments: Any = None
+    inv_freq: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -69,6 +75,9 @@ class CompressionMethod:
     # "none", nothing (the full cache). Run names, the report and published references read it: a reference
     # matches a run only at the same method, budget and cap.
     budget_cap: ClassVar[str] = "prompt"
+    # Whether the selection rotates queries by RoPE (ExpectedAttention): make_cache then refuses a model whose RoPE
+    # angle is not linear in the position.
+    reads_rope: ClassVar[bool] = False
     positions: str = field(default="original", metadata={TAG: ""})
 
     def __post_init__(self) -> None:
@@ -123,6 +132,18 @@ class CompressionMethod:
         if not self.compresses or not self.needs_selection(prompt_len):
             return 0
         return prompt_len
+
+    def score_buffers(self, prompt_len: int) -> tuple[int, int]:
+        """fp32 buffers the selection's scoring holds at its peak beyond SnapKV's window scores (the memory model,
+        :func:`snapstream_core.memory.prefill_terms`): ``(n, m)``, ``n`` of (H_kv, T, D) and ``m`` of (H, T) per
+        row; (0, 0) by default."""
+        return (0, 0)
+
+    def query_moments(self, prompt_len: int) -> int | None:
+        """Leading tokens of each row the running moments of the pre-RoPE queries skip, when the selection reads
+        those moments (:attr:`PrefillView.moments`, summed over the prefill's chunks); None (the default): it
+        reads none."""
+        return None
 
     def keeps_all(self, prompt_len: int, new_tokens: int) -> bool:
         """Whether the method provably keeps every one of ``prompt_len + new_tokens`` tokens on the engine path, so
