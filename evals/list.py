@@ -47,10 +47,11 @@ def lines() -> list[str]:
     out.append("tasks (task=NAME):")
     for name in TASKS:
         out.append(f"  {f'task={name}'.ljust(width)}{tasks.get(name, '')}")
-    out.append("compression methods (compression=NAME, knobs at their defaults: compression.KNOB=VALUE):")
+    out.append("compression methods (compression=NAME; what its budget caps: the prompt, or the whole cache while "
+               "decoding; knobs at their defaults: compression.KNOB=VALUE):")
     for name, cls in METHODS.items():
         knobs = " ".join(f"{k}={v}" for k, v in own_defaults(cls).items()) or "no knobs"
-        out.append(f"  {f'compression={name}'.ljust(width)}{knobs}")
+        out.append(f"  {f'compression={name}'.ljust(width)}{f'[caps {cls.budget_cap}]'.ljust(15)}{knobs}")
     out.append("models (model=NAME):")
     for name, text in _options("model").items():
         out.append(f"  {f'model={name}'.ljust(width)}{text}")

@@ -34,14 +34,22 @@ def slot_roles(method: DecodeMethod, view: CompactView) -> tuple[torch.Tensor, t
     return view.valid & ~window & ~protected, protected, window
 
 
-def compact_order(method: DecodeMethod, view: CompactView) -> tuple[torch.Tensor, torch.Tensor]:
+def compact_orders(method: DecodeMethod, views: list[CompactView]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """:func:`compact_order` of every layer, the scores from :meth:`DecodeMethod.compact_scores_layers` (a method
+    may choose across layers)."""
+    return [compact_order(method, view, scores) for view, scores in zip(views, method.compact_scores_layers(views))]
+
+
+def compact_order(method: DecodeMethod, view: CompactView,
+                  scores: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """-> ``order`` (R, H_kv, S) long, a permutation of the slots, and ``kept`` (R,) long: after the compaction
     row r's slot j holds what slot ``order[r, h, j]`` held, and its first ``kept[r]`` slots are held.
 
-    ``kept = min(held, cap)`` with ``cap = max(budget, protected + window)`` (:meth:`DecodeMethod.cap`)."""
+    ``kept = min(held, cap)`` with ``cap = max(budget, protected + window)`` (:meth:`DecodeMethod.cap`).
+    ``scores`` (R, H_kv, S): the layer's priorities when already computed (:func:`compact_orders`)."""
     candidate, protected, window = slot_roles(method, view)
     S = candidate.shape[-1]
-    scores = method.compact_scores(view).float()
+    scores = (method.compact_scores(view) if scores is None else scores).float()
     ranked = torch.sort(scores.masked_fill(~candidate, float("-inf")), dim=-1, descending=True, stable=True).indices
     is_cand = candidate.gather(-1, ranked)
     rank_sorted = is_cand.long().cumsum(-1) - 1  # rank among candidates, at each sorted place

@@ -15,12 +15,14 @@ from snapstream_core.methods.none import NoCompression
 from snapstream_core.methods.snapkv import SnapKV
 from snapstream_core.methods.snapstream import SnapStream
 from snapstream_core.methods.streaming_llm import StreamingLLM
+from snapstream_core.methods.triattention import TriAttention
 
 METHODS: dict[str, type[CompressionMethod]] = {
     "none": NoCompression,
     "snapkv": SnapKV,
     "streaming_llm": StreamingLLM,
     "snapstream": SnapStream,
+    "triattention": TriAttention,
 }
 
 
@@ -34,4 +36,4 @@ def knob_names() -> list[str]:
     return [*names, *shared]
 
 
-__all__ = ["METHODS", "knob_names", "CompressionMethod", "NoCompression", "SnapKV", "SnapStream", "StreamingLLM"]
+__all__ = ["METHODS", "knob_names", "CompressionMethod", "NoCompression", "SnapKV", "SnapStream", "StreamingLLM", "TriAttention"]

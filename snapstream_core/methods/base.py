@@ -140,6 +140,14 @@ class CompressionMethod:
         """Priorities of the prompt tokens of one layer (only called when :meth:`needs_selection`)."""
         raise NotImplementedError
 
+    # Whether :meth:`check_shape` needs the model's shape (``evals.runner.check`` reads it only then).
+    needs_shape: ClassVar[bool] = False
+
+    def check_shape(self, shape: Mapping[str, Any]) -> None:
+        """Refuse (``ValueError``, one line) a model this configuration cannot run on, before weights load.
+        ``shape``: ``n_layers, n_heads, n_kv_heads, head_dim`` and, when the model's config states them,
+        ``rope_theta``, ``rope_type``."""
+
     def knobs(self) -> dict[str, Any]:
         """All knobs, with the method name first (for result rows)."""
         return {"method": self.method, **asdict(self)}
@@ -153,7 +161,8 @@ class CompressionMethod:
         """The knobs named in the run tag, in order: those :meth:`knobs` reports for the default instance (so
         :class:`NoCompression` has none), ordered by ``tag_order``, else own fields first, shared ones last."""
         applies = set(cls().knobs()) - {"method"}
-        by_name = {f.name: f for f in fields(cls) if f.name in applies}
+        # ``metadata={TAG: None}``: not in the tag (a file path, say); the run's identity still holds it
+        by_name = {f.name: f for f in fields(cls) if f.name in applies and f.metadata.get(TAG, "") is not None}
         shared = [f.name for f in fields(CompressionMethod)]
         order = list(cls.tag_order) or [n for n in by_name if n not in shared] + [n for n in shared if n in by_name]
         if sorted(order) != sorted(by_name):

@@ -96,6 +96,12 @@ class DecodeMethod(CompressionMethod):
         held slots that are neither protected nor in the last ``window``; the others may hold anything."""
         raise NotImplementedError
 
+    def compact_scores_layers(self, views: list[CompactView]) -> list[torch.Tensor]:
+        """Every layer's (R, H_kv, S) priorities at one compaction, ``views`` in layer order. Default: each layer's
+        :meth:`compact_scores`; a method whose choice spans layers (TriAttention's per-head pruning keeps one set of
+        tokens per KV head in every layer) overrides this."""
+        return [self.compact_scores(view) for view in views]
+
     # ------------------------------------------------------------------ geometry
     @property
     def compresses(self) -> bool:
