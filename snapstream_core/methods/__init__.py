@@ -36,4 +36,7 @@ def knob_names() -> list[str]:
     return [*names, *shared]
 
 
-__all__ = ["METHODS", "knob_names", "CompressionMethod", "NoCompression", "SnapKV", "SnapStream", "StreamingLLM", "TriAttention"]
+__all__ = [
+    "METHODS", "knob_names", "CompressionMethod", "NoCompression", "SnapKV", "SnapStream", "StreamingLLM",
+    "TriAttention",
+]

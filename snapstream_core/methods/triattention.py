@@ -1,8 +1,8 @@
 """TriAttention: keys scored against calibrated query statistics (a trigonometric series), no attention weights.
 
 Mao et al. 2026, "TriAttention" (arXiv 2604.04921); we follow WeianMao/triattention c3744ee6,
-``triattention/methods/triattention.py`` (``TriAttention``, ``apply_triattention_patch``) with the settings its runner
-gives it (``scripts/cli.py``, ``build_config``; ``triattention/configs/extra_config/triattention_per_head_pruning.yaml``):
+``triattention/methods/triattention.py`` (``TriAttention``, ``apply_triattention_patch``) with the settings its
+runner gives it (``scripts/cli.py``; ``triattention/configs/extra_config/triattention_per_head_pruning.yaml``):
 ``per_head_pruning``, ``count_prompt_tokens``, ``slack_budget_trigger``, ``triattention_normalize_scores``,
 ``divide_length`` 128, ``triattention_frequency_window`` 65,536, ``score_aggregation`` mean, the prompt kept
 (``allow_prefill_compression`` false). The scores are :mod:`snapstream_core.triattention_scores`; the statistics a
