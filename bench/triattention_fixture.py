@@ -8,14 +8,15 @@ Python with torch and a transformers whose ``LlamaRotaryEmbedding`` still takes 
 ``build_rotary`` passes it; 5.2.0 does, 5.23 does not: the kvpress venv of ``make kvpress-check`` serves). The
 reference runs there, in a child process, unmodified; our side runs here.
 
-The trace: ``tiny_llama`` (random weights, seed 0) over ``TOKENS`` tokens at each of ``STARTS`` in the bundled essays, its post-RoPE
-keys per layer; the calibration: our :func:`snapstream_core.calibration.query_statistics` over another part of the
-essays, handed to the reference in its own ``.pt`` layout (``pruning_utils.save_head_frequency_stats``'s keys). The
-reference's ``TriAttention.compute_keep_indices`` (``per_head_pruning``, normalised scores, prompt protected) is
-called at each slack trigger as ``apply_triattention_patch``'s forward calls it, and its cache bookkeeping (per-head
-positions, gathers) is replayed here; its keys at later steps are the trace's. Written: the traces (one per row), the calibration,
-the model's RoPE inverse frequencies, and per round the kept positions per KV head in the reference's order (the
-prompt, then the top-k in score order), with its tie-break noise (``pruning_seed`` 0, the protocol) and without.
+The traces: ``tiny_llama`` (random weights, seed 0) over ``TOKENS`` tokens at each of ``STARTS`` in the bundled
+essays, its post-RoPE keys per layer; the calibration: our :func:`snapstream_core.calibration.query_statistics` over
+another part of the essays, handed to the reference in its own ``.pt`` layout
+(``pruning_utils.save_head_frequency_stats``'s keys). The reference's ``TriAttention.compute_keep_indices``
+(``per_head_pruning``, normalised scores, prompt protected) is called at each slack trigger as
+``apply_triattention_patch``'s forward calls it, and its cache bookkeeping (per-head positions, gathers) is replayed
+here; its keys at later steps are the trace's. Written: the traces (one per row), the calibration, the model's RoPE
+inverse frequencies, and per round the kept positions per KV head in the reference's order (the prompt, then the
+top-k in score order), with its tie-break noise (``pruning_seed`` 0, the protocol) and without.
 """
 
 from __future__ import annotations
