@@ -50,10 +50,7 @@ def compact_order(method: DecodeMethod, view: CompactView,
     candidate, protected, window = slot_roles(method, view)
     S = candidate.shape[-1]
     scores = (method.compact_scores(view) if scores is None else scores).float()
-    ranked = torch.sort(scores.masked_fill(~candidate, float("-inf")), dim=-1, descending=True, stable=True).indices
-    is_cand = candidate.gather(-1, ranked)
-    rank_sorted = is_cand.long().cumsum(-1) - 1  # rank among candidates, at each sorted place
-    rank = torch.empty_like(ranked).scatter_(-1, ranked, rank_sorted)  # (R, H_kv, S): each slot's candidate rank
+    rank = candidate_rank(method, scores.masked_fill(~candidate, float("-inf")), view.held)
     n_protected = protected.long().sum(-1)  # (R, H_kv)
     cap = torch.clamp(n_protected + method.window, min=method.budget)
     kept = torch.minimum(view.held[:, None], cap)  # (R, H_kv)
@@ -65,6 +62,36 @@ def compact_order(method: DecodeMethod, view: CompactView,
     key = torch.where(protected, slot, key)
     order = torch.argsort(key, dim=-1)
     return order, kept[:, 0]
+
+
+def topk_lengths(method: DecodeMethod, S: int) -> list[int]:
+    """Lengths of the slot prefix the references run ``topk`` over, known before decoding: ``S - window`` for a
+    full row (every compaction after a row's first), and for a prompt shorter than the budget the first compaction's
+    ``held - window`` (that compaction is at the first position ``p = k * interval >= budget - 1``, with the
+    ``p + 1`` tokens so far held)."""
+    first = -(-(method.budget - 1) // method.interval) * method.interval + 1
+    return sorted({S - method.window, min(first, S) - method.window})
+
+
+def candidate_rank(method: DecodeMethod, scores: torch.Tensor, held: torch.Tensor) -> torch.Tensor:
+    """(R, H_kv, S) long: each slot's place in the references' ``topk(budget - window)`` of ``scores`` (candidates
+    only, the rest ``-inf``), ``S`` for slots outside it. ``topk`` breaks ties by its own algorithm, which depends on
+    the input's length, so each row runs it over the slot prefix of the length the reference sees
+    (:func:`topk_lengths`; a row whose length is not among them, the first compaction after a prompt cut, uses the
+    full ``S - window``)."""
+    S = scores.shape[-1]
+    *shorter, full = topk_lengths(method, S)
+
+    def ranks(n: int) -> torch.Tensor:
+        k = min(method.budget - method.window, n)
+        top = torch.topk(scores[..., :n], k, dim=-1).indices
+        return torch.full_like(scores, S, dtype=torch.long).scatter(
+            -1, top, torch.arange(k, device=top.device).expand_as(top))
+
+    rank = ranks(full)
+    for n in shorter:
+        rank = torch.where((held == n + method.window)[:, None, None], ranks(n), rank)
+    return rank
 
 
 def prefill_priorities(method: DecodeMethod, view: PrefillView) -> torch.Tensor:

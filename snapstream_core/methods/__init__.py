@@ -11,8 +11,11 @@ result-row and summary columns and report labels (:func:`knob_names`), lm-eval `
 from dataclasses import fields
 
 from snapstream_core.methods.base import CompressionMethod
+from snapstream_core.methods.decode_base import DecodeMethod
 from snapstream_core.methods.none import NoCompression
+from snapstream_core.methods.rkv import RKV
 from snapstream_core.methods.snapkv import SnapKV
+from snapstream_core.methods.snapkv_decode import SnapKVDecode
 from snapstream_core.methods.snapstream import SnapStream
 from snapstream_core.methods.streaming_llm import StreamingLLM
 from snapstream_core.methods.triattention import TriAttention
@@ -22,6 +25,8 @@ METHODS: dict[str, type[CompressionMethod]] = {
     "snapkv": SnapKV,
     "streaming_llm": StreamingLLM,
     "snapstream": SnapStream,
+    "rkv": RKV,
+    "snapkv_decode": SnapKVDecode,
     "triattention": TriAttention,
 }
 
@@ -37,6 +42,6 @@ def knob_names() -> list[str]:
 
 
 __all__ = [
-    "METHODS", "knob_names", "CompressionMethod", "NoCompression", "SnapKV", "SnapStream", "StreamingLLM",
-    "TriAttention",
+    "METHODS", "knob_names", "CompressionMethod", "DecodeMethod", "NoCompression", "RKV", "SnapKV", "SnapKVDecode",
+    "SnapStream", "StreamingLLM", "TriAttention",
 ]
