@@ -69,6 +69,9 @@ class CompressionMethod:
     # "none", nothing (the full cache). Run names, the report and published references read it: a reference
     # matches a run only at the same method, budget and cap.
     budget_cap: ClassVar[str] = "prompt"
+    # The knob that holds the budget (what ``evals.search`` sweeps): ``prompt_budget``, or ``budget`` for the
+    # whole-cache methods (``DecodeMethod``).
+    budget_knob: ClassVar[str] = "prompt_budget"
     positions: str = field(default="original", metadata={TAG: ""})
 
     def __post_init__(self) -> None:

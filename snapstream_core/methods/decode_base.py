@@ -69,6 +69,7 @@ class DecodeMethod(CompressionMethod):
 
     method: ClassVar[str] = "decode_base"
     budget_cap: ClassVar[str] = "cache"
+    budget_knob: ClassVar[str] = "budget"
     budget: int = 512
     interval: int = 128
     window: int = 8
