@@ -124,21 +124,25 @@ def test_a_cot_run_is_never_compared_with_a_no_cot_reference():
 
 
 def test_compressed_references_match_on_method_and_budget_with_a_setup_diff():
+    """TriAttention's SnapKV @ 512 is decode-time SnapKV over the whole cache: snapkv_decode gets it, the prompt-only
+    snapkv at the same number never does."""
     ident = {"r": {"model": {"family": "r1"}, "gen": {"n_samples": 4, "temperature": 0.6, "max_new_tokens": 32768},
                    "task": {"templates": {"r1": "{problem}\nPlease reason step by step, and put your final answer "
                                                 "within \\boxed{}."}},
-                   "compression": {"method": "snapkv", "prompt_budget": 512, "window": 32}}}
+                   "compression": {"method": "snapkv_decode", "budget": 512, "window": 8}}}
     base = {"model": "r1_distill_llama_8b", "task": "aime24", "metric": "pass@1", "group": "all", "value": 7.5,
-            "n": 30, "method": "snapkv"}
+            "n": 30, "method": "snapkv_decode"}
     rows = reference_rows(summary([{**base, "prompt_budget": 512}]), identities=ident)
     assert rows["reference"].tolist() == [5.0] and rows["comparable"].all()  # SnapKV @ 512; not R-KV, not full
     diff = rows["setup_diff"].iloc[0]
-    assert "samples 4 (64)" in diff and "max_new_tokens =" in diff and "temperature 0.6 (not stated)" in diff
-    assert "budget prompt_budget=512, window=32 (512 KV tokens for the whole sequence" in diff
+    assert "samples 4 (8)" in diff and "max_new_tokens =" in diff and "temperature =" in diff
+    assert "512 KV entries for the whole cache" in diff
     assert reference_rows(summary([{**base, "prompt_budget": 1024}]), identities=ident).empty  # another budget
+    prompt_only = {"r": {**ident["r"], "compression": {"method": "snapkv", "prompt_budget": 512}}}
+    assert reference_rows(summary([{**base, "method": "snapkv", "prompt_budget": 512}]), identities=prompt_only).empty
     card = reference_rows(summary([{**base, "method": "none", "value": 45.0}]), identities={
         "r": {**ident["r"], "compression": {"method": "none"}}})
     row = card[card.source.str.startswith("DeepSeek-R1 model card") & (card.reference == 50.4)].iloc[0]
     assert "template =" in row["setup_diff"] and "temperature =" in row["setup_diff"]
     table = reference_table(summary([{**base, "prompt_budget": 512, "ci_lo": 2.0, "ci_hi": 20.0}]), ident)
-    assert table["method"].tolist() == ["snapkv @ 512"] and table["ours"].iloc[0] == "7.5 ± 2.0 [2.0, 20.0]"
+    assert table["method"].tolist() == ["snapkv_decode @ 512"] and table["ours"].iloc[0] == "7.5 ± 2.0 [2.0, 20.0]"
