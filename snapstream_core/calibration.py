@@ -2,7 +2,7 @@
 
 TriAttention (WeianMao/triattention c3744ee6) scores a key against per-head statistics of the model's pre-RoPE
 queries, computed once from plain text (``scripts/calibrate.py``, ``calibrate``). Its own ``.pt`` files are pickles;
-ours is a safetensors file (no code runs on load), documented in docs/decode_methods.md, "Calibration file":
+ours is a safetensors file (no code runs on load), documented in docs/triattention.md, "Calibration file":
 
 - tensors, float32, ``F = head_dim // 2`` frequency pairs (RoPE's half-split convention, pair ``f`` = dimensions
   ``f`` and ``f + F``): ``q_mean_real``, ``q_mean_imag`` (L, H, F): the mean over calibration tokens of the query as
@@ -83,7 +83,7 @@ def read_header(path: str | Path) -> CalibrationHeader:
         if any(header[name]["shape"] != want or header[name]["dtype"] != "F32" for name in TENSORS):
             raise ValueError
     except (OSError, struct.error, ValueError, KeyError, TypeError, AttributeError):
-        raise ValueError(f"{FIELD}: {path} is not a TriAttention calibration file ({FORMAT}, docs/decode_methods.md)"
+        raise ValueError(f"{FIELD}: {path} is not a TriAttention calibration file ({FORMAT}, docs/triattention.md)"
                          ) from None
     keys = {"format", "n_layers", "n_heads", "n_kv_heads", "head_dim", "rope_theta", "rope_type"}
     return CalibrationHeader(**fields, extra={k: v for k, v in meta.items() if k not in keys})

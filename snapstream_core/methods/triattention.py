@@ -90,7 +90,7 @@ class TriAttention(DecodeMethod):
 
         if self.calibration is None:
             raise ValueError(f"{FIELD}: required, the model's query statistics (python -m evals.calibrate "
-                             "model=NAME writes one; docs/decode_methods.md)")
+                             "model=NAME writes one; docs/triattention.md)")
         check_for_model(self.calibration, shape)
 
     # ------------------------------------------------------------------ schedule: the slack trigger
