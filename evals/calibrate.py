@@ -2,7 +2,8 @@
 file for a model (``compression=triattention compression.calibration=PATH``), from plain text in one forward pass.
 
 ``text`` defaults to the bundled Paul Graham essays (``tasks/data/needle``); the reference recommends natural text of
-up to 32,768 tokens (``docs/calibration.md`` of WeianMao/triattention). ``out`` defaults to
+up to 32,768 tokens (``docs/calibration.md`` of WeianMao/triattention): ``max_tokens`` defaults to that or the model's
+positions, whichever is fewer. ``out`` defaults to
 ``<SNAPSTREAM_CACHE or ~/.cache/snapstream>/calibration/<model>.safetensors``.
 
 ``python -m evals.calibrate model=NAME from_reference=FILE.pt [out=PATH]`` converts one of the reference's own
@@ -20,6 +21,7 @@ from typing import Any
 
 USAGE = __doc__
 KEYS = ("model", "text", "max_tokens", "out", "from_reference")
+DEFAULT_TOKENS = 32768  # scripts/calibrate.py --max-length; never more than the model's positions
 log = logging.getLogger(__name__)
 
 
@@ -143,7 +145,8 @@ def main(argv: list[str]) -> int:
                 from tasks.needle import haystack_text
 
                 text = haystack_text()
-            path = from_text(model_cfg, text, int(args.get("max_tokens", 32768)), out)
+            longest = int((model_cfg.get("shape") or {}).get("max_positions") or DEFAULT_TOKENS)
+            path = from_text(model_cfg, text, int(args.get("max_tokens", min(DEFAULT_TOKENS, longest))), out)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
