@@ -146,6 +146,8 @@ class CompressedLayer(SlotIndex, CacheLayerMixin):
         self.pending = False
         keys, values = self.keys, self.values
         B, H_kv, T, D = keys.shape
+        Q = getattr(self.method, "query_window", 0)  # a decode-time method's query ring, seeded by the prompt
+        self.query_tail = query[:, :, -Q:].clone() if Q else None
         if not self.method.needs_selection(T):
             idx = torch.arange(T, device=keys.device).expand(B, H_kv, T)
             n_frozen = T

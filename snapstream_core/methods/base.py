@@ -94,6 +94,11 @@ class CompressionMethod:
         tokens written (``footprint`` at ``steps = max_new_tokens``)."""
         return self.footprint(prompt_len, steps)
 
+    def peak_tokens(self, prompt_len: int, steps: int) -> int:
+        """The most KV entries held at once while ``steps`` decoded tokens are written (``tokens_held`` at
+        ``steps`` for the methods whose cache never shrinks)."""
+        return self.tokens_held(prompt_len, steps)
+
     def kept(self, prompt_len: int) -> int:
         """Prompt tokens a layer keeps after its prefill selection."""
         return self.tokens_held(prompt_len, 0)
