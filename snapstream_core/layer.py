@@ -153,7 +153,9 @@ class CompressedLayer(SlotIndex, CacheLayerMixin):
             n_frozen = T
         else:
             sel = self.method.select(PrefillView(query=query, keys=keys, key_valid=key_valid, scaling=scaling))
-            idx = keep_indices(sel.scores, sel.n_keep, sel.n_frozen, key_valid)
+            idx = sel.indices
+            if idx is None:
+                idx = keep_indices(sel.scores, sel.n_keep, sel.n_frozen, key_valid)
             n_frozen = sel.n_frozen
         n_keep = idx.shape[-1]
         self.aligned = n_keep == T and bool((idx == torch.arange(T, device=idx.device)).all())

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from snapstream_core.engine.step import EngineError, is_oom, one_line
+from snapstream_core.methods.base import Selection
 from snapstream_core.methods.decode_base import CompactView, DecodeMethod
 
 if TYPE_CHECKING:
@@ -86,23 +87,24 @@ def candidate_rank(method: DecodeMethod, scores: torch.Tensor, held: torch.Tenso
     return rank
 
 
-def prefill_priorities(method: DecodeMethod, view: PrefillView) -> torch.Tensor:
-    """(B, H_kv, T) priorities of the prompt cut at prefill (``T >= budget``): the method's compaction scores on
-    the candidates, ``+inf`` on the last ``window`` tokens, ``-inf`` on padding. The query ring is the prompt's
-    last ``query_window`` post-RoPE queries (R-KV seeds its ``query_cache`` with them)."""
+def prefill_selection(method: DecodeMethod, view: PrefillView) -> Selection:
+    """The prompt cut at prefill (``T >= budget``, batch 1 as the engine prefills): :func:`compact_order` over the
+    prompt, scored with its last ``query_window`` post-RoPE queries (R-KV seeds its ``query_cache`` with them and
+    runs ``update_kv`` on the prompt). ``scores``: minus each token's place in the kept order."""
     B, H_kv, T, _ = view.keys.shape
+    if not bool(view.key_valid.all()):
+        raise ValueError(f"compression.method: {method.method} cuts the prompt of an unpadded row only")
     Q = method.query_window
     positions = torch.arange(T, device=view.keys.device).expand(B, H_kv, T)
-    valid = view.key_valid[:, None, :].expand(B, H_kv, T)
-    held = view.key_valid.long().sum(-1)
+    held = torch.full((B,), T, dtype=torch.long, device=view.keys.device)
     cv = CompactView(
-        keys=view.keys, values=None, positions=positions, valid=valid, held=held,
-        prompt_len=torch.full_like(held, T), queries=view.query[:, :, -Q:] if Q else None,
-        scaling=view.scaling, inv_freq=None, layer_idx=-1,
+        keys=view.keys, values=None, positions=positions, valid=torch.ones_like(positions, dtype=torch.bool),
+        held=held, prompt_len=held, queries=view.query[:, :, -Q:] if Q else None, scaling=view.scaling,
+        inv_freq=None, layer_idx=-1,
     )
-    candidate, _, window = slot_roles(method, cv)
-    scores = method.compact_scores(cv).float().masked_fill(~candidate, float("-inf"))
-    return scores.masked_fill(window, float("inf"))
+    order, _ = compact_order(method, cv)
+    place = torch.empty_like(order).scatter_(-1, order, torch.arange(T, device=order.device).expand_as(order))
+    return Selection(-place.float(), n_keep=method.budget, n_frozen=method.budget, indices=order[..., : method.budget])
 
 
 def compact_rows(method: DecodeMethod, keys: list[torch.Tensor], values: list[torch.Tensor], visible: torch.Tensor,

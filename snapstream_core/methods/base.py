@@ -42,12 +42,16 @@ class Selection:
 
     ``scores`` (B, H_kv, T): priority of each prompt token (higher is kept first; ``-inf`` never kept unless there is
     room); ``n_keep`` tokens are kept per (row, KV head), of which the ``n_frozen`` with the highest priority form the
-    frozen prefix and the rest seed the ring (StreamingLLM's recent tokens).
+    frozen prefix and the rest seed the ring (StreamingLLM's recent tokens). ``indices`` (B, H_kv, n_keep) long,
+    when given, are the kept tokens in the order the layer stores them (a method that orders its slots itself, as
+    the decode-time methods store the references' score order); otherwise the kept tokens are stored in position
+    order.
     """
 
     scores: torch.Tensor
     n_keep: int
     n_frozen: int
+    indices: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
