@@ -42,12 +42,16 @@ class Selection:
 
     ``scores`` (B, H_kv, T): priority of each prompt token (higher is kept first; ``-inf`` never kept unless there is
     room); ``n_keep`` tokens are kept per (row, KV head), of which the ``n_frozen`` with the highest priority form the
-    frozen prefix and the rest seed the ring (StreamingLLM's recent tokens).
+    frozen prefix and the rest seed the ring (StreamingLLM's recent tokens). ``indices`` (B, H_kv, n_keep) long,
+    when given, are the kept tokens in the order the layer stores them (a method that orders its slots itself, as
+    the decode-time methods store the references' score order); otherwise the kept tokens are stored in position
+    order.
     """
 
     scores: torch.Tensor
     n_keep: int
     n_frozen: int
+    indices: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -96,6 +100,11 @@ class CompressionMethod:
         """KV entries held per layer and KV head after the prefill of ``prompt_len`` tokens and ``steps`` decoded
         tokens written (``footprint`` at ``steps = max_new_tokens``)."""
         return self.footprint(prompt_len, steps)
+
+    def peak_tokens(self, prompt_len: int, steps: int) -> int:
+        """The most KV entries held at once while ``steps`` decoded tokens are written (``tokens_held`` at
+        ``steps`` for the methods whose cache never shrinks)."""
+        return self.tokens_held(prompt_len, steps)
 
     def kept(self, prompt_len: int) -> int:
         """Prompt tokens a layer keeps after its prefill selection."""

@@ -35,7 +35,8 @@ class CompactView:
     """What one layer exposes to a method at a compaction, for every row of the engine (fixed shapes).
 
     Shapes (R rows, H query heads, H_kv KV heads, S slots, D head dim, Q query ring):
-    ``keys``, ``values`` (R, H_kv, S, D): the slots' post-RoPE keys and values, in slot order;
+    ``keys``, ``values`` (R, H_kv, S, D): the slots' post-RoPE keys and values, in slot order (``values`` is None
+    at the prefill cut: no reference scores with values);
     ``positions`` (R, H_kv, S) long: each slot's original token position (slots past ``held`` hold junk);
     ``valid`` (R, H_kv, S) bool: the slots held, always the prefix ``[0, held)`` of each row;
     ``held`` (R,) long: entries held per row (the same for every layer and head);
@@ -47,7 +48,7 @@ class CompactView:
     """
 
     keys: torch.Tensor
-    values: torch.Tensor
+    values: torch.Tensor | None
     positions: torch.Tensor
     valid: torch.Tensor
     held: torch.Tensor
@@ -186,8 +187,8 @@ class DecodeMethod(CompressionMethod):
 
     # ------------------------------------------------------------------ prefill
     def select(self, view: PrefillView) -> Selection:
-        """The prompt cut (``T >= budget``): the compaction's rule on the prompt, kept tokens in position order."""
-        from snapstream_core.engine.compact import prefill_priorities
+        """The prompt cut (``T >= budget``): the compaction's rule on the prompt (its last ``window`` queries), the
+        kept tokens stored in the compaction's order (R-KV runs ``update_kv`` on the prompt at prefill)."""
+        from snapstream_core.engine.compact import prefill_selection
 
-        scores = prefill_priorities(self, view)
-        return Selection(scores, n_keep=self.budget, n_frozen=self.budget)
+        return prefill_selection(self, view)
