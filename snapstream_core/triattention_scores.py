@@ -38,21 +38,23 @@ def geometric_offsets(max_length: int) -> list[float]:
 
 
 def unrotated_pairs(keys: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor,
-                    attention_scaling: float = 1.0) -> torch.Tensor:
-    """Keys (..., S, D) post-RoPE at ``positions`` (..., S) rotated back to position 0, as complex pairs (..., S, F),
-    float32 (``invert_rope`` then ``to_complex_pairs``, half style): ``(k / s) · e^{-i p ω}``."""
+                    attention_scaling: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keys (..., S, D) post-RoPE at ``positions`` (..., S) rotated back to position 0, as the real and imaginary
+    parts (..., S, F) float32 of their complex pairs (``invert_rope`` then ``to_complex_pairs``, half style):
+    ``(k / s) · e^{-i p ω}``. Real arithmetic throughout, so the compaction compiles like the decode step."""
     F = keys.shape[-1] // 2
     k = keys.to(torch.float32) / attention_scaling
-    pairs = torch.complex(k[..., :F], k[..., F:])
     angle = positions.to(torch.float32)[..., None] * inv_freq.to(keys.device, torch.float32)
-    return pairs * torch.polar(torch.ones_like(angle), -angle)
+    cos, sin = angle.cos(), angle.sin()
+    re, im = k[..., :F], k[..., F:]
+    return re * cos + im * sin, im * cos - re * sin
 
 
 def head_scores(
     keys: torch.Tensor,
     positions: torch.Tensor,
     now: torch.Tensor,
-    q_mean: torch.Tensor,
+    q_mean: tuple[torch.Tensor, torch.Tensor],
     q_abs_mean: torch.Tensor,
     inv_freq: torch.Tensor,
     offsets: list[float],
@@ -64,29 +66,31 @@ def head_scores(
 
     ``keys`` (R, H_kv, S, D) post-RoPE; ``positions`` (R, H_kv, S) the position each slot's key was rotated at;
     ``now`` (R,) the round's reference position (the reference's ``absolute_position``: tokens seen so far, the
-    last one included); ``q_mean`` (H, F) complex and ``q_abs_mean`` (H, F) the layer's calibration; ``inv_freq``
-    (F,) the model's RoPE inverse frequencies; ``offsets`` the future offsets (:func:`geometric_offsets`).
+    last one included); ``q_mean`` the real and imaginary parts (H, F) of the layer's mean query and ``q_abs_mean``
+    (H, F) its mean modulus (the calibration); ``inv_freq`` (F,) the model's RoPE inverse frequencies; ``offsets``
+    the future offsets (:func:`geometric_offsets`).
     """
     if aggregation not in AGGREGATIONS:
         raise ValueError(f"score_aggregation: must be one of {AGGREGATIONS}, got {aggregation!r}")
     R, H_kv, S, D = keys.shape
-    H = q_mean.shape[0]
+    group = q_abs_mean.shape[0] // H_kv
     omega = inv_freq.to(keys.device, torch.float32)
-    k = unrotated_pairs(keys, positions, omega, attention_scaling)  # (R, H_kv, S, F)
-    k = k.repeat_interleave(H // H_kv, dim=1)  # (R, H, S, F): query head h reads KV head h // (H / H_kv)
-    q = q_mean.to(keys.device)[None, :, None, :]  # (1, H, 1, F)
-    k_abs = k.abs()
+    kr, ki = (t.repeat_interleave(group, dim=1) for t in unrotated_pairs(keys, positions, omega, attention_scaling))
+    qr, qi = (t.to(keys.device, torch.float32)[None, :, None, :] for t in q_mean)  # (1, H, 1, F)
+    k_abs = (kr * kr + ki * ki).sqrt()  # (R, H, S, F)
+    q_abs = (qr * qr + qi * qi).sqrt()
     scale_sq = attention_scaling**2
-    extra = ((q_abs_mean.to(keys.device)[None, :, None, :] - q.abs()) * k_abs).sum(-1) * scale_sq  # (R, H, S)
-    delta = (now.to(keys.device)[:, None, None] - positions).to(torch.float32)  # (R, H_kv, S)
-    delta = delta.repeat_interleave(H // H_kv, dim=1)
-    rel = q * k.conj()  # (R, H, S, F): |q||k| e^{i arg(q k̄)}
+    extra = ((q_abs_mean.to(keys.device)[None, :, None, :] - q_abs) * k_abs).sum(-1) * scale_sq  # (R, H, S)
+    rel_re, rel_im = qr * kr + qi * ki, qi * kr - qr * ki  # q · conj(k) = |q||k| e^{i arg(q k̄)}
+    delta = (now.to(keys.device)[:, None, None] - positions).to(torch.float32).repeat_interleave(group, dim=1)
     off = torch.tensor(offsets, device=keys.device, dtype=torch.float32)
     if aggregation == "mean":
-        mean_turn = torch.polar(torch.ones_like(off)[:, None], off[:, None] * omega).mean(0)  # (F,)
-        turn = torch.polar(torch.ones_like(delta)[..., None], delta[..., None] * omega)  # (R, H, S, F)
-        return (rel * turn * mean_turn).real.sum(-1) * scale_sq + extra
-    amp, phi = rel.abs(), rel.angle()
+        turn = delta[..., None] * omega  # (R, H, S, F)
+        m_re, m_im = (off[:, None] * omega).cos().mean(0), (off[:, None] * omega).sin().mean(0)  # mean_o e^{i o ω}
+        z_re = turn.cos() * m_re - turn.sin() * m_im
+        z_im = turn.cos() * m_im + turn.sin() * m_re
+        return (rel_re * z_re - rel_im * z_im).sum(-1) * scale_sq + extra
+    amp, phi = (rel_re * rel_re + rel_im * rel_im).sqrt(), torch.atan2(rel_im, rel_re)
     phase = (delta[..., None, None] + off[:, None]) * omega + phi[..., None, :]  # (R, H, S, O, F)
     series = (amp[..., None, :] * torch.cos(phase)).sum(-1) * scale_sq  # (R, H, S, O)
     return (series + extra[..., None]).amax(-1)

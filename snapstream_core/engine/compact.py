@@ -132,15 +132,18 @@ def compact_rows(method: DecodeMethod, keys: list[torch.Tensor], values: list[to
         Q = queries.shape[3]
         ring = (now[:, None] - Q + 1 + torch.arange(Q, device=now.device)) % Q  # (R, Q): oldest first
     kept_all = held
+    views = []
     for layer in range(L):
         q = None
         if queries is not None:
             _, _, H, _, D = queries.shape
             q = queries[layer].gather(2, ring[:, None, :, None].expand(R, H, Q, D))
-        view = CompactView(keys=keys[layer], values=values[layer], positions=pos[layer], valid=visible[layer],
-                           held=held, prompt_len=prompt_len, queries=q, scaling=scaling, inv_freq=inv_freq,
-                           layer_idx=layer)
-        order, kept = compact_order(method, view)
+        views.append(CompactView(keys=keys[layer], values=values[layer], positions=pos[layer], valid=visible[layer],
+                                 held=held, prompt_len=prompt_len, queries=q, scaling=scaling, inv_freq=inv_freq,
+                                 layer_idx=layer))
+    scores = method.compact_scores_layers(views)  # every layer's, before any layer moves (a choice may span layers)
+    for layer, view in enumerate(views):
+        order, kept = compact_order(method, view, scores[layer])
         kept = torch.where(due, kept, held)
         k4, k3 = due[:, None, None, None], due[:, None, None]
         for store in (keys[layer], values[layer]):

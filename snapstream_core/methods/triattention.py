@@ -128,13 +128,14 @@ class TriAttention(DecodeMethod):
         KV group (the reference's ``per_layer_perhead_pruning``, layer_perhead_aggregation max)."""
         from snapstream_core.triattention_scores import geometric_offsets, group_max, head_scores, normalized
 
-        q_mean, q_abs_mean = self._stats(view.keys.device)
+        q_real, q_imag, q_abs_mean = self._stats(view.keys.device)
         if view.inv_freq is None:
             raise ValueError("compression=triattention: the model has no RoPE inverse frequencies to un-rotate keys")
         R, H_kv, S, _ = view.keys.shape
-        H = q_mean.shape[1]
+        H = q_abs_mean.shape[1]
         now = view.positions.masked_fill(~view.valid, -1).amax(-1).amax(-1) + 1  # (R,): tokens seen
-        scores = head_scores(view.keys, view.positions, now, q_mean[view.layer_idx], q_abs_mean[view.layer_idx],
+        layer = view.layer_idx
+        scores = head_scores(view.keys, view.positions, now, (q_real[layer], q_imag[layer]), q_abs_mean[layer],
                              view.inv_freq, geometric_offsets(self.offset_max_length),
                              aggregation=self.score_aggregation)  # (R, H, S)
         decoded = view.valid & (view.positions >= view.prompt_len[:, None, None])
@@ -153,8 +154,9 @@ class TriAttention(DecodeMethod):
         mean = torch.stack(per_layer).mean(0)
         return [mean] * len(views)
 
-    def _stats(self, device: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        """(q_mean (L, H, F) complex, q_abs_mean (L, H, F)) of the calibration, read once per device."""
+    def _stats(self, device: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(q_mean's real and imaginary parts, q_abs_mean), each (L, H, F) float32, of the calibration, read once
+        per device."""
         key = str(device)
         if key not in self._loaded:
             from snapstream_core.calibration import load_stats
@@ -162,5 +164,5 @@ class TriAttention(DecodeMethod):
             if self.calibration is None:
                 raise ValueError("compression.calibration: required (python -m evals.calibrate model=NAME)")
             stats = load_stats(self.calibration, device)
-            self._loaded[key] = (stats.q_mean, stats.q_abs_mean)
+            self._loaded[key] = (stats.q_mean.real.contiguous(), stats.q_mean.imag.contiguous(), stats.q_abs_mean)
         return self._loaded[key]
