@@ -99,6 +99,9 @@ def from_reference(model_cfg: Any, path: Path, out: Path) -> Path:
         meta, stats = payload["metadata"], payload["stats"]
     except Exception as exc:  # a pickle we do not read, or not the reference's layout
         raise ValueError(f"from_reference: {path} is not a TriAttention stats file ({type(exc).__name__})") from None
+    named, ours = meta.get("model_name"), model_cfg.get("hub_id")
+    if named and ours and str(named) != str(ours):
+        raise ValueError(f"from_reference: {path} was made for {named}, not {model_cfg.name} ({ours})")
     L, H, D = shape["n_layers"], shape["n_heads"], shape["head_dim"]
     if int(meta.get("head_dim", D)) != D or meta.get("rope_style", "half") != "half":
         raise ValueError(f"from_reference: {path} has head_dim {meta.get('head_dim')}, rope_style "
@@ -116,7 +119,7 @@ def from_reference(model_cfg: Any, path: Path, out: Path) -> Path:
     q_mean = torch.complex(stack("q_mean_real"), stack("q_mean_imag"))
     return save_stats(out, q_mean, stack("q_abs_mean"), n_kv_heads=shape["n_kv_heads"],
                       rope_theta=float(shape["rope_theta"]), rope_type=str(shape.get("rope_type", "default")),
-                      extra={"model": model_cfg.name, "converted_from": path.name,
+                      extra={"model": model_cfg.name, "converted_from": path.name, "source_model": str(named),
                              "source_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
                              "source_rope_type": str(meta.get("rope_type"))})
 

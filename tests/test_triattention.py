@@ -175,6 +175,11 @@ def test_the_references_own_stats_file_converts_and_an_incomplete_one_is_refused
     torch.save({"metadata": meta, "stats": stats}, tmp_path / "part.pt")
     with pytest.raises(ValueError, match=r"^from_reference: .* lacks 1 of 8 heads of tiny_llama"):
         from_reference(model_config("tiny_llama"), tmp_path / "part.pt", tmp_path / "x.safetensors")
+    torch.save({"metadata": {**meta, "model_name": "deepseek-ai/DeepSeek-R1-Distill-Llama-8B"}, "stats": stats},
+               tmp_path / "r1.pt")  # the reference's files name their model: another model is refused
+    with pytest.raises(ValueError, match=r"^from_reference: .* was made for deepseek-ai/DeepSeek-R1-Distill-Llama-8B, "
+                                         r"not smollm2_135m"):
+        from_reference(model_config("smollm2_135m"), tmp_path / "r1.pt", tmp_path / "y.safetensors")
 
 
 def test_the_run_tag_says_the_cache_is_capped_and_leaves_the_file_path_out(tmp_path):
