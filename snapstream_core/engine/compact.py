@@ -172,6 +172,7 @@ class Compactor:
         self.cache = cache
         L, R, H_kv, S = cache.visible.shape
         dev = cache.visible.device
+        method.prepare(dev)  # e.g. TriAttention's calibration, read here and never inside the compiled graph
         self.pos = torch.zeros(L, R, H_kv, S, dtype=torch.long, device=dev)
         self.prompt_len = torch.zeros(R, dtype=torch.long, device=dev)
         Q = method.query_window

@@ -98,6 +98,10 @@ class DecodeMethod(CompressionMethod):
         held slots that are neither protected nor in the last ``window``; the others may hold anything."""
         raise NotImplementedError
 
+    def prepare(self, device: torch.device) -> None:
+        """Load what :meth:`compact_scores` reads onto ``device`` (a file, say), before the compaction is traced
+        or compiled; called once per engine. Default: nothing."""
+
     def compact_scores_layers(self, views: list[CompactView]) -> list[torch.Tensor]:
         """Every layer's (R, H_kv, S) priorities at one compaction, ``views`` in layer order. Default: each layer's
         :meth:`compact_scores`; a method whose choice spans layers (TriAttention's per-head pruning keeps one set of

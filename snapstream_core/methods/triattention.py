@@ -154,6 +154,10 @@ class TriAttention(DecodeMethod):
         mean = torch.stack(per_layer).mean(0)
         return [mean] * len(views)
 
+    def prepare(self, device: Any) -> None:
+        """Read the calibration onto ``device`` before the compaction compiles (file reads do not trace)."""
+        self._stats(device)
+
     def _stats(self, device: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(q_mean's real and imaginary parts, q_abs_mean), each (L, H, F) float32, of the calibration, read once
         per device."""
