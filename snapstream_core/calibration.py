@@ -114,10 +114,11 @@ class QueryStats:
 def load_stats(path: str | Path, device: Any = "cpu") -> QueryStats:
     """The statistics of a (checked) calibration file, on ``device``."""
     import torch
-    from safetensors.torch import load_file
+    from safetensors import safe_open
 
     header = read_header(path)
-    tensors = load_file(str(Path(path).expanduser()), device=str(device))
+    with safe_open(str(Path(path).expanduser()), "pt", device=str(device)) as f:  # only our three tensors
+        tensors = {name: f.get_tensor(name) for name in TENSORS}
     q_mean = torch.complex(tensors["q_mean_real"], tensors["q_mean_imag"])
     return QueryStats(header, q_mean, tensors["q_abs_mean"])
 
