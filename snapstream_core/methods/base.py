@@ -103,6 +103,13 @@ class CompressionMethod:
         ``steps`` for the methods whose cache never shrinks)."""
         return self.tokens_held(prompt_len, steps)
 
+    def row_memory(self, prompt_len: int, slots: int) -> dict[str, int]:
+        """What a decode row holds beyond its K/V for this method, for the memory model (``memory.job_terms``):
+        ``compacts`` (1: slot positions and a compaction), ``query_ring`` (queries per layer), ``pairs`` (key
+        pairs per KV head a compaction of ``slots`` slots scores pairwise) and ``prefill_pairs`` (those of the
+        prompt cut). None by default."""
+        return {"compacts": 0, "query_ring": 0, "pairs": 0, "prefill_pairs": 0}
+
     def kept(self, prompt_len: int) -> int:
         """Prompt tokens a layer keeps after its prefill selection."""
         return self.tokens_held(prompt_len, 0)

@@ -97,10 +97,18 @@ class DecodeMethod(CompressionMethod):
         held slots that are neither protected nor in the last ``window``; the others may hold anything."""
         raise NotImplementedError
 
+    def key_pairs(self, n: int) -> int:
+        """Key pairs per KV head :meth:`compact_scores` scores pairwise over ``n`` slots (0: none; R-KV: n^2)."""
+        return 0
+
     # ------------------------------------------------------------------ geometry
     @property
     def compresses(self) -> bool:
         return True
+
+    def row_memory(self, prompt_len: int, slots: int) -> dict[str, int]:
+        cut = self.key_pairs(prompt_len) if self.needs_selection(prompt_len) else 0
+        return {"compacts": 1, "query_ring": self.query_window, "pairs": self.key_pairs(slots), "prefill_pairs": cut}
 
     def protected(self, prompt_len: int) -> int:
         """Prompt tokens never evicted."""
