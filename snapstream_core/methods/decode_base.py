@@ -164,7 +164,23 @@ class DecodeMethod(CompressionMethod):
             p += self.interval
         return max(peak, self.tokens_held(T, steps))
 
+    def mean_tokens_held(self, prompt_len: int, gen_tokens: int) -> float:
+        """Mean of the sawtooth over steps ``1..gen_tokens``: summed a segment (between compactions) at a time."""
+        T, G = prompt_len, gen_tokens
+        if G <= 0:
+            return float(self.tokens_held(T, 0))
+        total, k = 0, 1
+        for point in [*self._points(T, G), G + 1]:  # steps k..point-1 grow by one from tokens_held(T, k)
+            if point > k:
+                n, first = point - k, self.tokens_held(T, k)
+                total += n * first + n * (n - 1) // 2
+            if point <= G:
+                total += self.tokens_held(T, point)
+            k = point + 1
+        return total / G
+
     def footprint(self, prompt_len: int, new_tokens: int) -> int:
+        """The most entries held at once over a generation of ``new_tokens`` (a bound: the cache shrinks)."""
         return self.peak_tokens(prompt_len, max(new_tokens - 1, 0))
 
     def slots(self, prompt_len: int, max_new_tokens: int) -> int:
