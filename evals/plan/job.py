@@ -53,7 +53,9 @@ class Job:
 
     @property
     def prompt_budget(self) -> int | None:
-        return dict(self.knobs).get("prompt_budget")
+        """The method's budget: ``prompt_budget``, or a decode-time method's whole-cache ``budget``."""
+        knobs = dict(self.knobs)
+        return knobs.get("prompt_budget", knobs.get("budget"))
 
     @property
     def label(self) -> str:

@@ -131,6 +131,10 @@ class CompressionMethod:
         flat = (G - lo) * self.tokens_held(T, lo)  # steps lo+1..G: as held after step lo
         return (growing + flat) / G
 
+    def check_engine(self, where: str) -> None:
+        """Raise a one-line ``ValueError`` when the method needs the engine and ``where`` (another decoding path,
+        e.g. ``generate()``) cannot run it. Every method runs anywhere by default."""
+
     def kept(self, prompt_len: int) -> int:
         """Prompt tokens a layer keeps after its prefill selection."""
         return self.tokens_held(prompt_len, 0)

@@ -85,6 +85,14 @@ class DecodeMethod(CompressionMethod):
             raise ValueError(f"compression.budget: must exceed window ({self.window}), got {self.budget}")
         if not isinstance(self.protect_prompt, bool):
             raise ValueError(f"compression.protect_prompt: must be true or false, got {self.protect_prompt!r}")
+        if self.positions != "original":
+            raise ValueError(f"compression.positions: {self.method} compacts in the engine, which keeps original "
+                             f"positions; got {self.positions!r}")
+
+    def check_engine(self, where: str) -> None:
+        """Refuse a decoding path other than the engine: it would never compact (``where`` names that path)."""
+        raise ValueError(f"compression.method: {self.method} compacts the cache while decoding, which only the engine "
+                         f"does (backend=hf); {where} would never compact")
 
     # ------------------------------------------------------------------ what a subclass says
     @property
