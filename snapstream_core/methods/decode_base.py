@@ -86,6 +86,14 @@ class DecodeMethod(CompressionMethod):
             raise ValueError(f"compression.budget: must exceed window ({self.window}), got {self.budget}")
         if not isinstance(self.protect_prompt, bool):
             raise ValueError(f"compression.protect_prompt: must be true or false, got {self.protect_prompt!r}")
+        if self.positions != "original":
+            raise ValueError(f"compression.positions: {self.method} compacts in the engine, which keeps original "
+                             f"positions; got {self.positions!r}")
+
+    def check_engine(self, where: str) -> None:
+        """Refuse a decoding path other than the engine: it would never compact (``where`` names that path)."""
+        raise ValueError(f"compression.method: {self.method} compacts the cache while decoding, which only the engine "
+                         f"does (backend=hf); {where} would never compact")
 
     # ------------------------------------------------------------------ what a subclass says
     @property
@@ -108,10 +116,18 @@ class DecodeMethod(CompressionMethod):
         tokens per KV head in every layer) overrides this."""
         return [self.compact_scores(view) for view in views]
 
+    def key_pairs(self, n: int) -> int:
+        """Key pairs per KV head :meth:`compact_scores` scores pairwise over ``n`` slots (0: none; R-KV: n^2)."""
+        return 0
+
     # ------------------------------------------------------------------ geometry
     @property
     def compresses(self) -> bool:
         return True
+
+    def row_memory(self, prompt_len: int, slots: int) -> dict[str, int]:
+        cut = self.key_pairs(prompt_len) if self.needs_selection(prompt_len) else 0
+        return {"compacts": 1, "query_ring": self.query_window, "pairs": self.key_pairs(slots), "prefill_pairs": cut}
 
     def protected(self, prompt_len: int) -> int:
         """Prompt tokens never evicted."""
@@ -167,7 +183,23 @@ class DecodeMethod(CompressionMethod):
             p += self.interval
         return max(peak, self.tokens_held(T, steps))
 
+    def mean_tokens_held(self, prompt_len: int, gen_tokens: int) -> float:
+        """Mean of the sawtooth over steps ``1..gen_tokens``: summed a segment (between compactions) at a time."""
+        T, G = prompt_len, gen_tokens
+        if G <= 0:
+            return float(self.tokens_held(T, 0))
+        total, k = 0, 1
+        for point in [*self._points(T, G), G + 1]:  # steps k..point-1 grow by one from tokens_held(T, k)
+            if point > k:
+                n, first = point - k, self.tokens_held(T, k)
+                total += n * first + n * (n - 1) // 2
+            if point <= G:
+                total += self.tokens_held(T, point)
+            k = point + 1
+        return total / G
+
     def footprint(self, prompt_len: int, new_tokens: int) -> int:
+        """The most entries held at once over a generation of ``new_tokens`` (a bound: the cache shrinks)."""
         return self.peak_tokens(prompt_len, max(new_tokens - 1, 0))
 
     def slots(self, prompt_len: int, max_new_tokens: int) -> int:

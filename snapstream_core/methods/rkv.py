@@ -48,6 +48,10 @@ class RKV(DecodeMethod):
     def query_window(self) -> int:
         return self.window
 
+    def key_pairs(self, n: int) -> int:
+        """The cosine similarity of every pair of held keys (``cal_similarity``)."""
+        return n * n
+
     def compact_scores(self, view: CompactView) -> torch.Tensor:
         from snapstream_core.methods.decode_scores import redundancy, window_attention
 
