@@ -135,9 +135,8 @@ class TriAttention(DecodeMethod):
         H = q_abs_mean.shape[1]
         now = view.positions.masked_fill(~view.valid, -1).amax(-1).amax(-1) + 1  # (R,): tokens seen
         layer = view.layer_idx
-        scores = head_scores(view.keys, view.positions, now, (q_real[layer], q_imag[layer]), q_abs_mean[layer],
-                             view.inv_freq, geometric_offsets(self.offset_max_length),
-                             aggregation=self.score_aggregation)  # (R, H, S)
+        scores = head_scores(view.keys, now, (q_real[layer], q_imag[layer]), q_abs_mean[layer], view.inv_freq,
+                             geometric_offsets(self.offset_max_length), aggregation=self.score_aggregation)  # (R, H, S)
         decoded = view.valid & (view.positions >= view.prompt_len[:, None, None])
         if self.normalize_scores:
             scores = normalized(scores, decoded.repeat_interleave(H // H_kv, dim=1))
