@@ -105,6 +105,7 @@ def test_the_slack_trigger_is_an_exact_sawtooth(prompt):
     ({"pruning": "global"}, r"^compression\.pruning: must be one of"),
     ({"score_aggregation": "sum"}, r"^compression\.score_aggregation: must be mean or max"),
     ({"offset_max_length": 0}, r"^compression\.offset_max_length: must be an integer >= 1"),
+    ({"positions": "in_cache"}, r"^compression\.positions: triattention compacts in the engine"),
     ({"calibration": "/nonexistent/stats.safetensors"}, r"^compression\.calibration: no such file"),
 ])
 def test_bad_knobs_are_one_line(knobs, message):

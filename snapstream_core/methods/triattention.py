@@ -74,6 +74,9 @@ class TriAttention(DecodeMethod):
             raise ValueError(f"compression.normalize_scores: must be true or false, got {self.normalize_scores!r}")
         if self.pruning not in PRUNINGS:
             raise ValueError(f"compression.pruning: must be one of {PRUNINGS}, got {self.pruning!r}")
+        if self.positions != "original":
+            raise ValueError(f"compression.positions: {self.method} compacts in the engine, which keeps original "
+                             f"positions; got {self.positions!r}")
         if self.calibration is not None:
             from snapstream_core.calibration import read_header
 
