@@ -23,8 +23,8 @@ from tests.method_matrix import prompts
 
 METHODS = [RKV(budget=24, interval=8, window=4), SnapKVDecode(budget=24, interval=8, window=4)]
 IDS = ["rkv", "snapkv_decode"]
-GREEDY = ss.SamplingConfig(max_new_tokens=30)
-SAMPLED = ss.SamplingConfig(max_new_tokens=30, temperature=0.8, top_p=0.95)
+GREEDY = ss.SamplingConfig(max_new_tokens=26)
+SAMPLED = ss.SamplingConfig(max_new_tokens=26, temperature=0.8, top_p=0.95)
 
 
 def run(model, method, ps, sampling=GREEDY, rows=4, samples=(0,), engine_cls=Engine, **kw):
@@ -99,14 +99,14 @@ def test_engine_tokens_equal_a_plain_decode_compacted_by_hand(tiny_model, method
         assert got[i, 0] == reference_decode(tiny_model, method, p, GREEDY.max_new_tokens), i
 
 
-@pytest.mark.parametrize("method,sampling", [(METHODS[0], GREEDY), (METHODS[0], SAMPLED), (METHODS[1], SAMPLED)],
-                         ids=["rkv-greedy", "rkv-sampled", "snapkv_decode-sampled"])
-def test_one_row_and_four_rows_give_the_same_tokens(tiny_model, method, sampling):
+@pytest.mark.parametrize("sampling", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
+def test_one_row_and_four_rows_give_the_same_tokens(tiny_model, sampling):
+    method = METHODS[0]  # decode-time SnapKV shares every step but the scores (test_decode_fidelity.py)
     """Four rows hold both items' samples at once, due at different steps (compacted together, masked by row)."""
     ps = prompts((13, 30))
     one, _, _ = run(tiny_model, method, ps, sampling, rows=1, samples=(0, 1))
     four, _, eng = run(tiny_model, method, ps, sampling, rows=4, samples=(0, 1))
-    assert one == four and len(four) == 4 and eng.compactor.calls >= 5
+    assert one == four and len(four) == 4 and eng.compactor.calls >= 4
 
 
 @pytest.mark.parametrize("method", METHODS, ids=IDS)
