@@ -17,9 +17,11 @@ from snapstream_core.methods import TriAttention
 from snapstream_core.methods.decode_base import CompactView
 from snapstream_core.rope import rope_inv_freq
 from tests.method_matrix import prompts
-from tests.test_decode_engine import GREEDY, SAMPLED, Recording, run
+from tests.test_decode_engine import Recording, run
 
 LENGTHS = (13, 18)  # first compactions at steps 19 and 14 (the cache reaches 24 + 8 entries), then every 8
+GREEDY = ss.SamplingConfig(max_new_tokens=30)  # compaction calls at steps 14, 19, 22 and 27
+SAMPLED = ss.SamplingConfig(max_new_tokens=30, temperature=0.8, top_p=0.95)
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +68,7 @@ def reference_decode(model, method: TriAttention, ids: list[int], new: int) -> l
 
 def test_engine_tokens_equal_a_plain_decode_compacted_by_hand(tiny_model, method):
     ps = prompts(LENGTHS)
-    got, _, eng = run(tiny_model, method, ps)
+    got, _, eng = run(tiny_model, method, ps, GREEDY)
     assert eng.compactor.calls >= 4
     for i, p in enumerate(ps):
         assert got[i, 0] == reference_decode(tiny_model, method, p, GREEDY.max_new_tokens), i
@@ -86,15 +88,15 @@ def test_a_budget_never_reached_gives_the_full_caches_tokens(tiny_model, method)
     roomy = replace(method, budget=64)
     ps = prompts(LENGTHS)
     assert all(roomy.keeps_all(len(p), GREEDY.max_new_tokens) for p in ps)
-    got, _, eng = run(tiny_model, roomy, ps)
-    full, _, _ = run(tiny_model, ss.NoCompression(), ps)
+    got, _, eng = run(tiny_model, roomy, ps, GREEDY)
+    full, _, _ = run(tiny_model, ss.NoCompression(), ps, GREEDY)
     assert got == full and eng.compactor.calls == 0
 
 
 def test_entries_held_follow_the_sawtooth_and_the_peak_is_recorded(tiny_model, method):
     (p,) = prompts((13,))
     Recording.trace = []
-    _, kv, eng = run(tiny_model, method, [p], engine_cls=Recording)
+    _, kv, eng = run(tiny_model, method, [p], GREEDY, engine_cls=Recording)
     T, steps = len(p), GREEDY.max_new_tokens - 1
     expected = []
     for k in range(1, steps + 1):
@@ -111,8 +113,8 @@ def test_one_graph_for_the_step_and_one_for_the_compaction(tiny_model, method):
     torch._dynamo.reset()
     counter = CompileCounter()
     ps = prompts(LENGTHS)
-    eager, _, _ = run(tiny_model, method, ps)
-    compiled, _, eng = run(tiny_model, replace(method), ps, compile=True, compile_backend=counter)
+    eager, _, _ = run(tiny_model, method, ps, GREEDY)
+    compiled, _, eng = run(tiny_model, replace(method), ps, GREEDY, compile=True, compile_backend=counter)
     assert compiled == eager
     assert eng.compactor.calls >= 4 and counter.frame_count == 2
     torch._dynamo.reset()

@@ -45,13 +45,10 @@ def identity(container):
 
 
 def result_keys(container):
-    own = set(compression_from_config(container["compression"]).knobs())  # another method's knob is not used
     for group in GROUPS:
         for key, value in leaves(container[group], f"{group}."):
             name = key.split(".", 1)[1]
             if name.split(".")[0] in NOT_RESULT_KEYS.get(group, ()) or name in LABELS.get(group, ()):
-                continue
-            if group == "compression" and name not in own:
                 continue
             yield key, value
 
