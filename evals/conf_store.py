@@ -21,12 +21,18 @@ KNOBS_NODE = "compression_knobs"  # a root config that conf/compression/*.yaml l
 PROVIDER = "snapstream_core.methods"  # marks the nodes stored here (so that stale ones can be dropped)
 
 
+CAP_MARK = "cache"  # the run-tag segment of a method whose budget caps the whole cache (budget_cap "cache")
+
+
 def run_tag(cls) -> str:
-    """The run tag of a method class, an interpolation over its knobs: ``<method>`` then ``<prefix>${.<knob>}``
-    for each knob of :meth:`CompressionMethod.tag_fields`, joined by ``-`` (``keep_first-fk${.first_k}``)."""
+    """The run tag of a method class, an interpolation over its knobs: ``<method>``, then :data:`CAP_MARK` when its
+    budget caps the whole cache (``CompressionMethod.budget_cap``), then ``<prefix>${.<knob>}`` for each knob of
+    :meth:`CompressionMethod.tag_fields`, joined by ``-`` (``keep_first-fk${.first_k}``,
+    ``rkv-cache-b${.budget}-...``). Prompt-capped methods keep the names their directories always had."""
     from snapstream_core.methods.base import tag_prefix
 
-    return "-".join([cls.method, *(f"{tag_prefix(f)}${{.{f.name}}}" for f in cls.tag_fields())])
+    cap = [CAP_MARK] if cls.budget_cap == "cache" else []
+    return "-".join([cls.method, *cap, *(f"{tag_prefix(f)}${{.{f.name}}}" for f in cls.tag_fields())])
 
 
 def own_defaults(cls) -> dict[str, Any]:

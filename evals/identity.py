@@ -76,6 +76,9 @@ def run_identity(container: dict[str, Any], method_knobs: dict[str, Any], weight
     if backend.get("name") in BACKENDS and backend_traits(backend["name"]).replays:  # check() refuses other names
         backend["file_sha256"] = file_sha256(backend["path"])
         backend.pop("path", None)  # the content is the identity, not where it lies
+    compression = dict(method_knobs)
+    if compression.get("calibration"):  # a file a method reads (triattention): its content is the identity
+        compression["calibration"] = {"sha256": file_sha256(Path(compression["calibration"]).expanduser())}
     drop = {k: set(v) for k, v in NOT_RESULT_KEYS.items()}
     return {
         "model": {**{k: v for k, v in container["model"].items() if k not in drop["model"]}, "weights": weights},
@@ -84,7 +87,7 @@ def run_identity(container: dict[str, Any], method_knobs: dict[str, Any], weight
             "data_sha256": items_sha256(items),
             "items_read": len(items),
         },
-        "compression": method_knobs,
+        "compression": compression,
         "gen": {k: v for k, v in container["gen"].items() if k not in drop["gen"]}
         | ({"sampler": sampler} if (sampler := sampler_of(container["gen"], method_knobs)) else {}),
         "backend": backend,

@@ -47,11 +47,12 @@ def lines() -> list[str]:
     out.append("tasks (task=NAME):")
     for name in TASKS:
         out.append(f"  {f'task={name}'.ljust(width)}{tasks.get(name, '')}")
-    out.append("compression methods (compression=NAME, knobs at their effective defaults: compression.KNOB=VALUE):")
+    out.append("compression methods (compression=NAME; what its budget caps: the prompt, or the whole cache while "
+               "decoding; knobs at their effective defaults: compression.KNOB=VALUE):")
     for name, cls in METHODS.items():
         effective = cls().knobs()  # a default instance: knobs derived in __post_init__ (prompt_budget, recent) filled
         knobs = " ".join(f"{k}={effective[k]}" for k in own_defaults(cls)) or "no knobs"
-        out.append(f"  {f'compression={name}'.ljust(width)}{knobs}")
+        out.append(f"  {f'compression={name}'.ljust(width)}{f'[caps {cls.budget_cap}]'.ljust(15)}{knobs}")
     out.append("models (model=NAME):")
     for name, text in _options("model").items():
         out.append(f"  {f'model={name}'.ljust(width)}{text}")

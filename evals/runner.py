@@ -141,6 +141,12 @@ def check(cfg: DictConfig, *, offline: bool = False) -> Checked:
 
         check_model_config(cfg.model, reach=not offline)
         _check_family(container)
+        if method.needs_shape:  # e.g. a calibration file made for this model (triattention)
+            from dataclasses import asdict
+
+            from evals.plan.shape import rope_of, shape_from_model
+
+            method.check_shape({**asdict(shape_from_model(container["model"])), **rope_of(container["model"])})
     if backend.replays and not Path(cfg.backend.path).is_file():
         raise ValueError(f"backend.path: no such file: {cfg.backend.path}")
     return Checked(container, task, method, sampling, batch_size, int(gen["seed"]))

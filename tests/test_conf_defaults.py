@@ -65,7 +65,7 @@ def test_generated_tags_resolve_to_todays_directory_names():
     assert tags == {
         "none": "none",
         "snapkv": "snapkv-pb64-w32-k7-max-mean-s0-original-crNone",
-        "streaming_llm": "streaming_llm-pb64-s4-rNone-original",
+        "streaming_llm": "streaming_llm-cache-pb64-s4-rNone-original",
         "snapstream": "snapstream-pb64-r256-w32-k7-max-mean-s4-original-crNone",
     }
 

@@ -205,10 +205,9 @@ def test_compressed_references_carry_a_setup_diff():
         "r": {**AIME_RUN["r"], "compression": {"method": "none"}}})
     row = card[card.source.str.startswith("DeepSeek-R1 model card") & (card.reference == 50.4)].iloc[0]
     assert "template =" in row["setup_diff"] and "temperature =" in row["setup_diff"]
-    table = reference_table(summary([{**AIME_SNAPKV, "prompt_budget": 512, "ci_lo": 2.0, "ci_hi": 20.0}]), AIME_RUN)
+    table = reference_table(summary([{**AIME_SNAPKV, "prompt_budget": 512, "ci_lo": 2.0, "ci_hi": 20.0}]), AIME_RUN,
+                            _refs(method="snapkv", budget=512.0, cap="prompt"))
     assert table["ours"].iloc[0] == "7.5 ± 2.0 [2.0, 20.0]"
-
-
 
 
 def test_a_bounded_lm_eval_metric_keeps_its_interval_in_range():
@@ -221,3 +220,30 @@ def test_a_bounded_lm_eval_metric_keeps_its_interval_in_range():
     out = fold_own_stderr(point).set_index("metric")
     assert out.loc["exact_match,none", ["ci_lo", "ci_hi"]].tolist() == pytest.approx([0.0, 0.487 * 1.959963984540054])
     assert out.loc["perplexity,none", "ci_lo"] == pytest.approx(3.0 - 4.0 * 1.959963984540054)
+
+
+def test_compressed_references_match_on_method_and_budget_with_a_setup_diff():
+    """TriAttention's SnapKV @ 512 is decode-time SnapKV over the whole cache: snapkv_decode gets it, the prompt-only
+    snapkv at the same number never does."""
+    ident = {"r": {"model": {"family": "r1"}, "gen": {"n_samples": 4, "temperature": 0.6, "max_new_tokens": 32768},
+                   "task": {"templates": {"r1": "{problem}\nPlease reason step by step, and put your final answer "
+                                                "within \\boxed{}."}},
+                   "compression": {"method": "snapkv_decode", "budget": 512, "window": 8}}}
+    base = {"model": "r1_distill_llama_8b", "task": "aime24", "metric": "pass@1", "group": "all", "value": 7.5,
+            "n": 30, "method": "snapkv_decode"}
+    rows = reference_rows(summary([{**base, "prompt_budget": 512}]), identities=ident)
+    assert rows["reference"].tolist() == [5.0] and rows["comparable"].all()  # SnapKV @ 512; not R-KV, not full
+    diff = rows["setup_diff"].iloc[0]
+    assert "samples 4 (8)" in diff and "max_new_tokens =" in diff and "temperature =" in diff
+    assert "512 KV entries for the whole cache" in diff
+    other = reference_rows(summary([{**base, "prompt_budget": 1024}]), identities=ident)  # another budget
+    assert not other["comparable"].any() and other["not_comparable"].iloc[0] == "budget: ours 1024, published 512"
+    prompt_only = {"r": {**ident["r"], "compression": {"method": "snapkv", "prompt_budget": 512}}}
+    assert reference_rows(summary([{**base, "method": "snapkv", "prompt_budget": 512}]), identities=prompt_only).empty
+    card = reference_rows(summary([{**base, "method": "none", "value": 45.0}]), identities={
+        "r": {**ident["r"], "compression": {"method": "none"}}})
+    row = card[card.source.str.startswith("DeepSeek-R1 model card") & (card.reference == 50.4)].iloc[0]
+    assert "template =" in row["setup_diff"] and "temperature =" in row["setup_diff"]
+    table = reference_table(summary([{**base, "prompt_budget": 512, "ci_lo": 2.0, "ci_hi": 20.0}]), ident)
+    assert table["method"].tolist() == ["snapkv_decode @ 512 (cache)"]
+    assert table["ours"].iloc[0] == "7.5 ± 2.0 [2.0, 20.0]"

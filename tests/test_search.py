@@ -78,13 +78,15 @@ def test_bad_jobs_are_refused_before_anything_runs(args, message, tmp_path, caps
 
 def test_a_method_without_a_budget_is_refused(monkeypatch):
     class Fixed:
+        budget_knob = "prompt_budget"
+
         @staticmethod
         def field_names():
             return ["sinks", "recent"]
 
     monkeypatch.setitem(__import__("evals.search.runs", fromlist=["METHODS"]).METHODS, "fixed", Fixed)
     cfg = OmegaConf.create({"compression": {"method": "fixed"}, "task": {"name": "needle"}})
-    with pytest.raises(ValueError, match="compression=fixed: has no prompt_budget to search over"):
+    with pytest.raises(ValueError, match="compression=fixed: has no budget to search over"):
         check_searchable(cfg)
 
 

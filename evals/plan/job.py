@@ -47,6 +47,7 @@ class Job:
     memory_gib: float  # plan.memory_gib
     run_dir: str
     out_root: str
+    row_memory: tuple[tuple[str, int], ...] = ()  # method.row_memory(T, slots): a decode-time method's extra state
 
     @property
     def total_samples(self) -> int:
@@ -54,7 +55,9 @@ class Job:
 
     @property
     def prompt_budget(self) -> int | None:
-        return dict(self.knobs).get("prompt_budget")
+        """The method's budget: ``prompt_budget``, or a decode-time method's whole-cache ``budget``."""
+        knobs = dict(self.knobs)
+        return knobs.get("prompt_budget", knobs.get("budget"))
 
     @property
     def label(self) -> str:
@@ -76,11 +79,13 @@ def _method(compression: Mapping[str, Any]):
 
 
 def _geometry(method, T: int, G: int) -> dict[str, int]:
-    """kept, slots, prefill_slots, window, score_buffers and moments of the longest prompt ``T`` with ``G`` new
-    tokens, as the method gives them (a method owns its geometry)."""
-    return {"kept": method.kept(T), "slots": method.slots(T, G), "prefill_slots": method.prefill_slots(T),
+    """kept, slots, prefill_slots, window, score_buffers, moments and row_memory of the longest prompt ``T`` with
+    ``G`` new tokens, as the method gives them (a method owns its geometry)."""
+    slots = method.slots(T, G)
+    return {"kept": method.kept(T), "slots": slots, "prefill_slots": method.prefill_slots(T),
             "window": method.query_rows(T), "score_buffers": method.score_buffers(T),
-            "moments": method.query_moments(T) is not None}
+            "moments": method.query_moments(T) is not None,
+            "row_memory": tuple(method.row_memory(T, slots).items())}
 
 
 def job_from_config(cfg: Any, max_prompt_tokens: int | None = None) -> Job:
@@ -163,7 +168,7 @@ def peak_bytes(job: Job, rows: int) -> int:
 def _model_args(job: Job) -> dict[str, Any]:
     return {"slots": job.slots, "max_new": job.max_new_tokens, "T": job.max_prompt_tokens,
             "prefill_slots": job.prefill_slots, "window": job.window, "chunk": PREFILL_CHUNK,
-            "score_buffers": job.score_buffers, "moments": job.moments}
+            "score_buffers": job.score_buffers, "moments": job.moments, **dict(job.row_memory)}
 
 
 def max_rows(job: Job, memory_gib: float | None = None, usable: float | None = None) -> int:

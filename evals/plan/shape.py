@@ -94,3 +94,19 @@ def _from_config_json(c: Mapping[str, Any]) -> dict[str, Any]:
     if out["hidden"] and out["n_heads"]:
         out["head_dim"] = c.get("head_dim") or out["hidden"] // out["n_heads"]
     return {k: v for k, v in out.items() if v is not None}
+
+
+def rope_of(model: Mapping[str, Any]) -> dict[str, Any]:
+    """``rope_theta`` and ``rope_type`` of a resolved ``model`` node, as far as it states them without weights: its
+    shape block, or a ``model.source=path`` folder's ``config.json`` (which wins); keys it does not state are left
+    out (checked later, against the loaded model)."""
+    out = {k: v for k, v in (model.get("shape") or {}).items() if k in ("rope_theta", "rope_type")}
+    if model.get("source") == "path" and model.get("path"):
+        config = Path(model["path"]) / "config.json"
+        if config.is_file():
+            c = json.loads(config.read_text())
+            rope = c.get("rope_parameters") or c.get("rope_scaling") or {}
+            theta = c.get("rope_theta", rope.get("rope_theta"))
+            out = {**out, **({"rope_theta": float(theta)} if theta is not None else {}),
+                   "rope_type": rope.get("rope_type") or rope.get("type") or "default"}
+    return out

@@ -157,7 +157,25 @@ def collect(root: Path) -> pd.DataFrame:
     if "unit" not in out.columns:
         out["unit"] = ""
     out["unit"] = out["unit"].fillna("")
+    out["prompt_budget"] = budget_axis(out)
     out["task_config"] = task_config_labels(out)
+    return out
+
+
+def budget_axis(summary: pd.DataFrame) -> pd.Series:
+    """Each row's budget on the report's one budget axis (the ``prompt_budget`` column): the value of its method's
+    own budget knob (``CompressionMethod.budget_knob``: ``prompt_budget``, or ``budget`` for the whole-cache
+    methods). What the budget caps is shown beside it wherever it is printed (``references.budget_text``), so a
+    prompt budget and a whole-cache budget are never read as one quantity."""
+    from snapstream_core.methods import METHODS
+
+    out = pd.to_numeric(summary["prompt_budget"], errors="coerce") if "prompt_budget" in summary else pd.Series(
+        np.nan, index=summary.index)
+    for name, cls in METHODS.items():
+        knob = cls.budget_knob
+        if knob != "prompt_budget" and knob in summary.columns:
+            mine = summary["method"] == name
+            out = out.where(~mine, pd.to_numeric(summary.loc[mine, knob], errors="coerce"))
     return out
 
 

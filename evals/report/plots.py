@@ -168,7 +168,8 @@ def by_budget(frame: pd.DataFrame, path: Path, plt) -> Path | None:
     ax.xaxis.set_minor_locator(NullLocator())
     ax.xaxis.set_major_formatter(FuncFormatter(_plain))
     ax.set_xlim(budgets[0] / 1.3, budgets[-1] * 1.3)
-    ax.set_xlabel("prompt_budget (prompt KV entries kept per layer and KV head; log scale)")
+    ax.set_xlabel("budget (KV entries per layer and KV head: the prompt's, or the whole cache's for the whole-cache "
+                  "methods; log scale)")
     _y_axis(ax, frame)
     ax.set_title(f"{_task_of(frame)} · {frame['model'].iloc[0]}: {frame['metric'].iloc[0]} vs prompt budget")
     ax.grid(alpha=0.3)

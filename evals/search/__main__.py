@@ -15,7 +15,15 @@ from pathlib import Path
 from evals.search import output
 from evals.search.options import FIRST_BUDGET, SearchOptions, split_args
 from evals.search.procedure import run_sequence
-from evals.search.runs import check_searchable, headline_of, kv_ratio, longest_prompt, measure, with_compression
+from evals.search.runs import (
+    budget_knob,
+    check_searchable,
+    headline_of,
+    kv_ratio,
+    longest_prompt,
+    measure,
+    with_compression,
+)
 
 log = logging.getLogger("evals.search")
 
@@ -40,10 +48,14 @@ def search_one(combo: list[str], opts: SearchOptions) -> str:
     say(f"search: {title}: running (or reusing) the full cache, the reference of every test")
     reference = headline_of(run(_compose(with_compression(combo, "none"))), task)
     longest = longest_prompt(reference.run_dir)
-    budgets = opts.budget_list(longest)
+    knob = budget_knob(cfg)
+    from snapstream_core.methods import METHODS
+
+    whole = METHODS[method].budget_cap == "cache"  # the budget bounds the prompt and what is generated
+    budgets = opts.budget_list(longest + int(cfg.gen.max_new_tokens) if whole else longest)
     ratios, cfgs = {}, {}
     for b in budgets:
-        cfgs[b] = _compose([*combo, f"compression.prompt_budget={b}"])
+        cfgs[b] = _compose([*combo, f"{knob}={b}"])
         c = check(cfgs[b], offline=True)
         ratios[b] = kv_ratio(c.method, longest, c.sampling.max_new_tokens)
     say(f"search: {title}: budgets {', '.join(map(str, budgets))} (longest prompt {longest} tokens), "
@@ -79,16 +91,18 @@ def _combos(rest: list[str], opts: SearchOptions) -> list[list[str]]:
     try:
         with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
             combos = expand(given, multirun)
-            bad = []
+            bad, knobs = [], set()
             for combo in combos:
                 try:
                     cfg = _compose(combo)
                     check_searchable(cfg)
+                    knob = budget_knob(cfg)
+                    knobs.add(knob)
                     context = cfg.model.get("max_context") or (cfg.model.get("shape") or {}).get("max_positions")
                     if context is not None:
                         opts.check_context(int(context), str(cfg.model.name))
                     for b in opts.budgets or ():  # each given budget, as its run will be checked
-                        check(_compose([*combo, f"compression.prompt_budget={b}"]), offline=True)
+                        check(_compose([*combo, f"{knob}={b}"]), offline=True)
                 except Exception as exc:  # ValueError, or Hydra's composition errors
                     swept = " ".join(o for o in combo if o not in given)
                     bad.append(f"{swept}: {exc}" if swept else str(exc).splitlines()[0])
@@ -96,7 +110,7 @@ def _combos(rest: list[str], opts: SearchOptions) -> list[list[str]]:
         GlobalHydra.instance().clear()
     if not bad:
         first = opts.budgets[0] if opts.budgets else FIRST_BUDGET
-        bad = validate([*rest, f"compression.prompt_budget={first}"])  # evals.run's own checks, every combination
+        bad = validate([*rest, *(f"{k}={first}" for k in sorted(knobs))])  # evals.run's own checks, every combination
     if bad:
         raise UserError("\n".join(dict.fromkeys(bad)))
     return combos

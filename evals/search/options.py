@@ -42,13 +42,13 @@ class SearchOptions:
             raise ValueError(f"search.budgets: {big[0]} is beyond the context of model {model} (model.max_context "
                              f"{max_context} prompt tokens); the largest useful budget is {max_context}")
 
-    def budget_list(self, longest_prompt: int) -> list[int]:
-        """The budgets to test: as given, else the powers of two from 64 up to ``longest_prompt`` (64 alone when
-        the longest prompt is shorter)."""
+    def budget_list(self, longest: int) -> list[int]:
+        """The budgets to test: as given, else the powers of two from 64 up to ``longest`` (64 alone when it is
+        shorter): the longest prompt for a prompt budget, the longest prompt and generation for a whole-cache one."""
         if self.budgets is not None:
             return list(self.budgets)
         out, b = [], FIRST_BUDGET
-        while b <= longest_prompt:
+        while b <= longest:
             out.append(b)
             b *= 2
         return out or [FIRST_BUDGET]
@@ -73,7 +73,7 @@ def split_args(argv: list[str]) -> tuple[SearchOptions, list[str]]:
         if bare.startswith(("hydra/", "hydra.")):
             raise ValueError(f"{bare}: evals.search runs the jobs of its searches one after another in this process "
                              "(no Hydra launcher); start the search itself where the jobs should run")
-        if bare in ("compression.prompt_budget", "compression.ratio"):
+        if bare in ("compression.prompt_budget", "compression.budget", "compression.ratio"):
             raise ValueError(f"{bare}: set by the search for each budget; give search.budgets instead")
         rest.append(arg)
     if "max_loss" not in found:

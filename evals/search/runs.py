@@ -59,8 +59,8 @@ def check_searchable(cfg: Any) -> None:
         raise ValueError("compression: the search needs a compression method (compression=snapkv, snapstream, "
                          "streaming_llm, ...), got none (the full cache is the reference)")
     cls = METHODS.get(method)
-    if cls is None or "prompt_budget" not in cls.field_names():
-        raise ValueError(f"compression={method}: has no prompt_budget to search over")
+    if cls is None or cls.budget_knob not in cls.field_names():
+        raise ValueError(f"compression={method}: has no budget to search over")
     from tasks import get_task
 
     module = cfg.task.get("module") or cfg.task.name
@@ -88,6 +88,13 @@ def headline_of(run_dir: Path, task: str) -> Headline:
     ids = pd.read_csv(run_dir / "samples.csv", usecols=["item_id"])["item_id"].astype(str)
     return Headline(run_dir, metric, unit, value, float(row.get("ci_lo", math.nan)),
                     float(row.get("ci_hi", math.nan)), items, int(ids.value_counts().max()))
+
+
+def budget_knob(cfg: Any) -> str:
+    """``compression.<knob>`` the search sets for a composed job: the method's ``budget_knob`` (``prompt_budget``,
+    or ``budget`` for a whole-cache method)."""
+    cls = METHODS.get(str(cfg.compression.method))
+    return f"compression.{cls.budget_knob if cls is not None else 'prompt_budget'}"
 
 
 def longest_prompt(run_dir: Path) -> int:

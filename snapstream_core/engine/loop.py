@@ -36,6 +36,7 @@ import torch
 
 from snapstream_core.cache import CompressedCache
 from snapstream_core.engine.attention import fill_blocks, flex_decode_attention, resolve_attention
+from snapstream_core.engine.compact import Compactor, compactor_for
 from snapstream_core.engine.noise import pick_tokens, sample_key
 from snapstream_core.engine.rows import RowCache
 from snapstream_core.engine.scheduler import Job, Scheduler, StepCounts
@@ -152,7 +153,9 @@ class Engine:
         self.step_fn = Step(compile, self.device.type, compile_backend, kernel, kernels)
         self.bounded = self.step_fn.attention is flex_decode_attention  # per-row read bounds (fill)
         self.stats.compiled = compile
+        self.compile_backend = compile_backend
         self.cache: RowCache | None = None
+        self.compactor: Compactor | None = None
 
     # ------------------------------------------------------------------ per-row state
     def _alloc(self, prefix: CompressedCache, slots: int, width: int) -> None:
@@ -166,6 +169,7 @@ class Engine:
                 raise self._oom("allocating the decode rows", exc) from exc
             raise
         self.stats.kv_allocations += 1
+        self.compactor = compactor_for(self.method, self.cache, self.model, self.stats.compiled, self.compile_backend)
         z = torch.zeros(R, dtype=torch.long, device=dev)
         self.base, self.offset, self.period = z.clone(), z.clone(), torch.ones_like(z)
         self.pos0, self.step, self.keys, self.max_new = z.clone(), z.clone(), z.clone(), z.clone()
@@ -183,6 +187,8 @@ class Engine:
     def _start(self, row: int, job: Job, item: EngineItem, prefix: CompressedCache, logits: torch.Tensor) -> None:
         """Put sample ``job`` in ``row``: copy the prefix, draw the first token (noise step 0)."""
         base, offset, period, held = self.cache.load(row, prefix)
+        if self.compactor is not None:
+            self.compactor.start(row, len(item.ids), prefix)
         key = sample_key(self.seed, item.key, job.sample_idx)
         for t, v in ((self.base, base), (self.offset, offset), (self.period, period), (self.pos0, len(item.ids)),
                      (self.step, 0), (self.keys, key), (self.max_new, job.max_new_tokens)):
@@ -244,6 +250,8 @@ class Engine:
             held, steps, ring = self._host_fill[r]
             self._host_fill[r] = (held, steps + 1, ring)
         self.step += 1
+        if self.compactor is not None:
+            self._compact(busy)
         new = pick_tokens(logits, self.sampling, self.keys[:hi], self.step[:hi])
         if hi < R:  # rows [hi, R) hold no sample: their token is never read
             new = torch.cat([new, self.tok[hi:]])
@@ -252,6 +260,20 @@ class Engine:
         self.out.scatter_(1, where[:, None], new[:, None])
         self.tok = new
         self.done |= torch.isin(new, self.eos_t) | (self.step + 1 >= self.max_new)
+
+    def _compact(self, busy: list[int]) -> None:
+        """Compact the rows this step made due (:class:`~.compact.Compactor`); each then writes its next token at
+        slot ``held`` and the ``interval - 1`` after it, until its next compaction."""
+        try:
+            compacted = self.compactor.after_step(busy, self.pos0 + self.step - 1)
+        except Exception as exc:
+            if is_oom(exc):
+                raise self._oom(self.compactor.stage(), exc) from exc
+            raise
+        for row, held in compacted.items():
+            steps = self._host_fill[row][1]
+            self.base[row], self.offset[row] = held, -steps % self.method.interval
+            self.period[row] = self.method.interval
 
     # ------------------------------------------------------------------ host side
     def _stop_hit(self, seq: list[int]) -> bool:
@@ -304,7 +326,7 @@ class Engine:
         if it decoded alone: a sample's figures do not depend on its neighbours) and the tokens it held."""
         per_slot = self.cache.nbytes_per_row() // self.cache.slots
         T = len(item.ids)
-        held = self.method.tokens_held(T, n_tokens - 1)
+        held = self.method.peak_tokens(T, n_tokens - 1)
         row_bytes = per_slot * self.method.slots(T, job.max_new_tokens)
         return {**prefix_kv, "kv_tokens_peak": max(prefix_kv["kv_tokens_peak"], held),
                 "kv_bytes_peak": max(prefix_kv["kv_bytes_peak"], row_bytes), "kv_bytes_final": row_bytes}

@@ -11,14 +11,18 @@ result-row and summary columns and report labels (:func:`knob_names`), lm-eval `
 from dataclasses import fields
 
 from snapstream_core.methods.base import CompressionMethod
+from snapstream_core.methods.decode_base import DecodeMethod
 from snapstream_core.methods.expected_attention import ExpectedAttention
 from snapstream_core.methods.keydiff import KeyDiff
 from snapstream_core.methods.knorm import Knorm
 from snapstream_core.methods.none import NoCompression
+from snapstream_core.methods.rkv import RKV
 from snapstream_core.methods.snapkv import SnapKV
+from snapstream_core.methods.snapkv_decode import SnapKVDecode
 from snapstream_core.methods.snapstream import SnapStream
 from snapstream_core.methods.streaming_llm import StreamingLLM
 from snapstream_core.methods.tova import TOVA
+from snapstream_core.methods.triattention import TriAttention
 
 METHODS: dict[str, type[CompressionMethod]] = {
     "none": NoCompression,
@@ -29,6 +33,9 @@ METHODS: dict[str, type[CompressionMethod]] = {
     "tova": TOVA,
     "keydiff": KeyDiff,
     "expected_attention": ExpectedAttention,
+    "rkv": RKV,
+    "snapkv_decode": SnapKVDecode,
+    "triattention": TriAttention,
 }
 
 
@@ -42,5 +49,7 @@ def knob_names() -> list[str]:
     return [*names, *shared]
 
 
-__all__ = ["METHODS", "knob_names", "CompressionMethod", "ExpectedAttention", "KeyDiff", "Knorm", "NoCompression",
-           "SnapKV", "SnapStream", "StreamingLLM", "TOVA"]
+__all__ = [
+    "METHODS", "knob_names", "CompressionMethod", "DecodeMethod", "ExpectedAttention", "KeyDiff", "Knorm",
+    "NoCompression", "RKV", "SnapKV", "SnapKVDecode", "SnapStream", "StreamingLLM", "TOVA", "TriAttention",
+]
