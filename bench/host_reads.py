@@ -1,10 +1,11 @@
 """Counting the reads from the device to the host while some code runs (a measurement, never on a run's path).
 
-A read is anything that makes the host wait for a tensor's value: ``Tensor.item``, ``bool``/``int``/``float`` of a
-tensor (all ATen's ``_local_scalar_dense``), a copy to the CPU from another device (``_to_copy``/``copy_``), and
-``Tensor.tolist``, which reads the data without dispatching (wrapped while the counter is open). On CUDA the
+A read is a Python call that makes the host wait for a tensor's values: ``Tensor.item``, ``tolist``, ``numpy``, and
+``bool``/``int``/``float``/``index`` of a tensor. They are wrapped while the counter is open (and restored after),
+which leaves a compiled step compiled: a ``TorchDispatchMode`` would make Dynamo run the step eagerly, so it would
+count another path than the one measured. Reads inside C++ ops (e.g. ``nonzero``) are not Python calls; on CUDA the
 synchronisations the driver sees are counted beside them (``torch.cuda.set_sync_debug_mode("warn")``: one warning
-per synchronising call), a separate figure since they count other things (e.g. ``nonzero``).
+per synchronising call), a separate figure since they count other things.
 
     with HostReads() as reads:
         engine_step()
@@ -16,63 +17,45 @@ from __future__ import annotations
 import warnings
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
-_aten = torch.ops.aten
-_COPIES = (_aten._to_copy.default, _aten.copy_.default)
+WRAPPED = ("item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__")
 
 
-class HostReads(TorchDispatchMode):
-    """A dispatch mode that counts host reads (``count``) and, on CUDA, synchronisations (``cuda_syncs``)."""
+class HostReads:
+    """Counts host reads (``count``) and, on CUDA, synchronisations (``cuda_syncs``); reusable, counts add up."""
 
     def __init__(self, cuda: bool | None = None):
-        super().__init__()
         self.count = 0
         self.cuda_syncs = 0
         self.cuda = torch.cuda.is_available() if cuda is None else cuda
-        self._tolist = None
-        self._warnings = None
+        self._saved: dict[str, object] = {}
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func is _aten._local_scalar_dense.default:
+    def _wrap(self, name: str):
+        original = getattr(torch.Tensor, name)
+
+        def counted(tensor, *args, **kwargs):
             self.count += 1
-        elif func in _COPIES and _to_host(func, args, kwargs):
-            self.count += 1
-        return func(*args, **kwargs)
+            return original(tensor, *args, **kwargs)
 
-    def __enter__(self):
-        original = torch.Tensor.tolist
-        counter = self
+        self._saved[name] = original
+        return counted
 
-        def tolist(tensor, *a, **k):
-            counter.count += 1
-            return original(tensor, *a, **k)
-
-        self._tolist = original
-        torch.Tensor.tolist = tolist
+    def __enter__(self) -> HostReads:
+        for name in WRAPPED:
+            setattr(torch.Tensor, name, self._wrap(name))
         if self.cuda:
             self._warnings = warnings.catch_warnings(record=True)
             self._caught = self._warnings.__enter__()
             warnings.simplefilter("always")
             self._mode = torch.cuda.get_sync_debug_mode()
             torch.cuda.set_sync_debug_mode("warn")
-        return super().__enter__()
+        return self
 
-    def __exit__(self, *exc):
-        out = super().__exit__(*exc)
-        torch.Tensor.tolist = self._tolist
+    def __exit__(self, *exc) -> None:
+        for name, original in self._saved.items():
+            setattr(torch.Tensor, name, original)
+        self._saved.clear()
         if self.cuda:
             torch.cuda.set_sync_debug_mode(self._mode)
             self.cuda_syncs += sum("synchroniz" in str(w.message) for w in self._caught)
             self._warnings.__exit__(*exc)
-        return out
-
-
-def _to_host(func, args, kwargs) -> bool:
-    """Whether a copy op moves a non-CPU tensor to the CPU."""
-    if func is _aten.copy_.default:
-        dst, src = args[0], args[1]
-        return dst.device.type == "cpu" and src.device.type != "cpu"
-    src, device = args[0], kwargs.get("device")
-    return device is not None and torch.device(device).type == "cpu" and src.device.type != "cpu"
