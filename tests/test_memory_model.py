@@ -14,7 +14,7 @@ from snapstream_core.engine import Engine, EngineItem
 from snapstream_core.engine.noise import pick_tokens
 from snapstream_core.memory import (
     GIB,
-    SAMPLING_BYTES_PER_ENTRY,
+    SAMPLING_TRACKED_BYTES_PER_ENTRY,
     Arch,
     budget_bytes,
     card_usable_bytes,
@@ -60,7 +60,7 @@ def test_sampling_temporaries_per_vocabulary_entry_are_not_underestimated():
     logits = torch.randn(R, V, generator=torch.Generator().manual_seed(0))
     with LiveBytes() as mem:
         pick_tokens(logits, SAMPLED, torch.arange(R), torch.zeros(R, dtype=torch.long))
-    assert mem.peak <= R * V * SAMPLING_BYTES_PER_ENTRY + 1024  # + the (R,) and (V,) index vectors
+    assert mem.peak <= R * V * SAMPLING_TRACKED_BYTES_PER_ENTRY + 1024  # + the (R,) and (V,) index vectors
 
 
 def test_an_80_gb_card_allocates_about_79_gib_and_the_budget_keeps_a_margin():

@@ -142,7 +142,9 @@ class Step:
                     kernels.prepare()  # before tracing: the trace decides which attention the graph calls
                 if kernels.compile_backend is not None and backend == "inductor":
                     backend, mode = kernels.compile_backend, None
-            compiled_fn = torch.compile(decode_step, backend=backend, mode=mode, fullgraph=True)
+            # dynamic=False: rows of another shape (a later run that does not fit) compile a graph of their own
+            # shapes instead of turning on dynamic shapes, which would lose the fused flex-decoding kernel
+            compiled_fn = torch.compile(decode_step, backend=backend, mode=mode, fullgraph=True, dynamic=False)
             # Guards on the model's modules checked by their dict tags, recursively (a Dynamo setting, off by
             # default, that falls back to the full check when a module's attributes change): fewer guard checks per
             # step on a model with thousands of them.
