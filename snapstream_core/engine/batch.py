@@ -109,12 +109,15 @@ class RowBatch:
             need = max(need, h.held + h.steps + 1)
         return need
 
-    def advance(self, busy: list[int], logits: torch.Tensor, hi: int) -> None:
-        """After the step over rows ``[0, hi)``: draw each row's next token from ``logits`` (hi, V) at its next
-        noise step, store it, and set ``done`` on EOS or ``max_new``."""
+    def stepped(self, busy: list[int]) -> None:
+        """A decode step ran: every row's step counter moves on (the busy rows' host mirror too)."""
         for r in busy:
             self.host[r].steps += 1
         self.step += 1
+
+    def draw(self, logits: torch.Tensor, hi: int) -> None:
+        """After the step over rows ``[0, hi)``: draw each row's next token from ``logits`` (hi, V) at its next
+        noise step, store it, and set ``done`` on EOS or ``max_new``."""
         new = pick_rows(logits, self.sampling().rows(0, hi), self.keys[:hi], self.step[:hi])
         if hi < self.rows:  # rows [hi, R) hold no sample: their token is never read
             new = torch.cat([new, self.tok[hi:]])

@@ -248,7 +248,8 @@ class Engine:
             else:
                 self.stats.record_s += time.perf_counter() - start
         self.stats.compiles = self.step_fn.compiles
-        b.advance(busy, logits, hi)
+        b.stepped(busy)
+        b.draw(logits, hi)
 
     # ------------------------------------------------------------------ host side
     def _stop_hit(self, seq: list[int], stop: tuple[str, ...]) -> bool:
