@@ -40,24 +40,8 @@ def dropped(method: CompressionMethod, prompt_tokens: int, gen_tokens: int) -> b
 
 def mean_held(method: CompressionMethod, prompt_tokens: int, gen_tokens: int) -> float:
     """Mean KV entries held per layer and KV head over decoding steps ``1..gen_tokens`` (the prefill's,
-    ``footprint(T, 0)``, when nothing was generated)."""
-    T, G = prompt_tokens, gen_tokens
-    start = method.footprint(T, 0)
-    if G <= 0:
-        return float(start)
-    lo, hi = 0, G  # the largest k with footprint(T, k) == start + k
-    if method.footprint(T, G) == start + G:
-        lo = G
-    else:
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if method.footprint(T, mid) == start + mid:
-                lo = mid
-            else:
-                hi = mid
-    growing = lo * start + lo * (lo + 1) // 2  # steps 1..lo: start + k
-    flat = (G - lo) * method.footprint(T, lo)  # steps lo+1..G: as held after step lo
-    return (growing + flat) / G
+    ``tokens_held(T, 0)``, when nothing was generated): the method's :meth:`~CompressionMethod.mean_tokens_held`."""
+    return method.mean_tokens_held(prompt_tokens, gen_tokens)
 
 
 def row_geometry(method: CompressionMethod, prompt_tokens: Any, gen_tokens: Any) -> dict[str, Any]:

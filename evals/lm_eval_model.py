@@ -88,6 +88,7 @@ class SnapStreamLM(HFLM):
         knobs = {k: kwargs.pop(k) for k in knob_names() if k in kwargs}
         # Checked before any weights load: a bad knob is one ValueError naming it.
         self.method = compression_from_model_args({"method": method, **knobs})
+        self.method.check_engine("lm-eval's generate_until (transformers' generate)")
         if self.method.knobs().get("ratio") is not None and str(kwargs.get("batch_size", 1)) != "1":
             raise ValueError(f"model_args batch_size: ratio needs batch_size=1 (a left-padded batch shares one "
                              f"budget), got {kwargs['batch_size']}")

@@ -31,6 +31,9 @@ SLOT_MASK_KWARG = "snapstream_slot_mask"
 SLOT_ATTENTION_KWARG = "snapstream_slot_attention"
 # ... and, when the engine bounds the plugged-in attention's reads, each row's filled length (B,) long under this one.
 SLOT_FILL_KWARG = "snapstream_slot_fill"
+# ... and, for a decode-time method that scores with recent queries, ``(ring (L, B, H, Q, D), index (B,) long)``:
+# each layer writes its post-RoPE decode query at ``ring[layer_idx, b, :, index[b]]``.
+SLOT_QUERY_KWARG = "snapstream_slot_queries"
 
 PREFIX = "snapstream_"
 BASES = ("sdpa", "eager", "flash_attention_2")
@@ -153,6 +156,11 @@ def _make(base: str) -> Callable:
         slot_mask = kwargs.pop(SLOT_MASK_KWARG, None)
         kernel = kwargs.pop(SLOT_ATTENTION_KWARG, None)
         filled = kwargs.pop(SLOT_FILL_KWARG, None)
+        ring = kwargs.pop(SLOT_QUERY_KWARG, None)
+        if ring is not None:
+            queries, at = ring
+            B, H, _, D = query.shape
+            queries[module.layer_idx].scatter_(2, at[:, None, None, None].expand(B, H, 1, D), query)
         if slot_mask is not None:  # the engine's decode step: the rows' slots, masked per layer
             mask = slot_mask[module.layer_idx]
             return _row_slots(base, stock, module, query, key, value, mask, kernel, filled, **kwargs)

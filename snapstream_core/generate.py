@@ -122,6 +122,7 @@ def generate(
     ``stop_strings`` (needs ``tokenizer``): a sample also ends with the token that completes the first of these
     strings in its generated text (generation stops early; the text itself is left for the caller to cut).
     """
+    method.check_engine("snapstream_core.generate()")
     stop_strings = [s for s in stop_strings if s]
     if stop_strings and tokenizer is None:
         raise ValueError("generate: stop_strings needs the tokenizer")

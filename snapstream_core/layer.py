@@ -146,12 +146,16 @@ class CompressedLayer(SlotIndex, CacheLayerMixin):
         self.pending = False
         keys, values = self.keys, self.values
         B, H_kv, T, D = keys.shape
+        Q = getattr(self.method, "query_window", 0)  # a decode-time method's query ring, seeded by the prompt
+        self.query_tail = query[:, :, -Q:].clone() if Q else None
         if not self.method.needs_selection(T):
             idx = torch.arange(T, device=keys.device).expand(B, H_kv, T)
             n_frozen = T
         else:
             sel = self.method.select(PrefillView(query=query, keys=keys, key_valid=key_valid, scaling=scaling))
-            idx = keep_indices(sel.scores, sel.n_keep, sel.n_frozen, key_valid)
+            idx = sel.indices
+            if idx is None:
+                idx = keep_indices(sel.scores, sel.n_keep, sel.n_frozen, key_valid)
             n_frozen = sel.n_frozen
         n_keep = idx.shape[-1]
         self.aligned = n_keep == T and bool((idx == torch.arange(T, device=idx.device)).all())

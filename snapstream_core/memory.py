@@ -15,14 +15,20 @@ after its selection, ``w`` the query rows the selection scores with::
             + max(C*(2d + 3I)*b,                     one chunk's MLP
                   C*(2d + 2(H + 2H_kv)D)*b             one chunk's attention projections
                     + [C<T]*(C*T*(1+b) + 2*T*H*D*b),   later chunks: sdpa's mask (bool + float), K/V repeated to H
-                  3*H*w*T*4 + [b!=4]*2*T*H_kv*D*4)   SnapKV window scores (fp32)
+                  3*H*w*T*4 + [b!=4]*2*T*H_kv*D*4,   SnapKV window scores (fp32)
+                  H_kv*P_T*PAIR_BYTES(b))              a decode-time method's prompt cut (P_T key pairs: R-KV T^2)
             + 2*C*D*4 + V*4                          RoPE cos/sin of a chunk, the last position's logits
     row     = slots*(2*L*H_kv*D*b + L*H_kv)          K/V and the bool slot mask of one decode row
             + 8*(max_new + 1)                        its token buffer
             + V*(4 + SAMPLING_BYTES_PER_ENTRY)       float32 logits and the sampling temporaries
             + (6d + 3I)*b + 2*H*slots*4              one step's activations and attention scores
-    job     = weights + prefill + V*SAMPLING_BYTES_PER_ENTRY + rows*row
-              (the next item is prefilled, and its first tokens drawn, while the rows of the last one are held)
+            + [compacts]*slots*L*H_kv*8 + L*H*Q*D*b  a decode-time method's slot positions and query ring
+    compaction = H_kv*(P_S*PAIR_BYTES(b) + slots*(2*D*b + COMPACT_SLOT_BYTES))
+                                                     a compaction's scratch per row, one layer at a time (P_S key
+                                                     pairs scored pairwise: R-KV slots^2)
+    job     = weights + rows*row + max(prefill + V*SAMPLING_BYTES_PER_ENTRY, rows*compaction)
+              (the next item is prefilled, and its first tokens drawn, while the rows of the last one are held;
+              a compaction runs between steps, never during a prefill)
 """
 
 from __future__ import annotations
@@ -57,6 +63,19 @@ MARGIN_GIB = 2.5
 # Slots per block of a bounded decode read: an appending row reads its filled slots rounded up to this many (the
 # engine's FlexAttention block mask, FlexAttention's default block; the eager step's rounding). The planner reads it.
 READ_BLOCK = 128
+# Bytes per key pair (i, j) a decode-time method's pairwise scoring holds at once beside the pair's cosine
+# similarity in the keys' dtype (R-KV's redundancy, snapstream_core.methods.decode_scores.redundancy: the long
+# indices of the near-duplicate search and the boolean masks). Tracked with bench.live_bytes.LiveBytes on CPU:
+# 14.5 bytes per pair in float32 (tests/test_memory_model.py).
+PAIR_EXTRA_BYTES = 11
+# Bytes per slot and KV head of a compaction's ranking beside its gathered K/V (scores, topk, ranks, sort keys,
+# the order, positions and masks): 72 tracked as above, rounded up.
+COMPACT_SLOT_BYTES = 80
+
+
+def pair_bytes(dtype_bytes: int) -> int:
+    """Bytes per key pair of a pairwise scoring: the similarity and :data:`PAIR_EXTRA_BYTES`."""
+    return dtype_bytes + PAIR_EXTRA_BYTES
 
 
 @dataclass(frozen=True)
@@ -86,17 +105,19 @@ class Arch:
         return 2 * self.n_layers * self.n_kv_heads * self.head_dim * self.dtype_bytes
 
 
-def prefill_terms(a: Arch, T: int, slots: int, *, chunk: int, window: int = 0) -> dict[str, int]:
+def prefill_terms(a: Arch, T: int, slots: int, *, chunk: int, window: int = 0, pairs: int = 0) -> dict[str, int]:
     """The bytes :func:`snapstream_core.prefill.prefill_prompt` holds at its peak above the weights, by term.
 
     ``slots``: KV entries per KV head a compressed layer holds after its selection (``T`` for ``none``, the ring
-    included for the ring methods); ``window``: the query rows the selection scores with (0: no SnapKV scoring)."""
+    included for the ring methods); ``window``: the query rows the selection scores with (0: no SnapKV scoring);
+    ``pairs``: key pairs per KV head the selection scores pairwise (``method.key_pairs(T)`` when it cuts)."""
     b, L, H, H_kv, D, d = a.dtype_bytes, a.n_layers, a.n_heads, a.n_kv_heads, a.head_dim, a.hidden
     C = min(chunk, T)
     attention = C * (2 * d + 2 * (H + 2 * H_kv) * D) * b
     if C < T:  # chunks after the first: explicit mask (bool + float) and K/V repeated to the H query heads
         attention += C * T * (1 + b) + 2 * T * H * D * b
     scoring = 3 * H * window * T * FLOAT32 + (2 * T * H_kv * D * FLOAT32 if b != FLOAT32 else 0)
+    scoring = max(scoring, H_kv * pairs * pair_bytes(b))
     return {
         "residual": T * d * b,
         "full_layer": 2 * T * H_kv * D * b,
@@ -107,12 +128,15 @@ def prefill_terms(a: Arch, T: int, slots: int, *, chunk: int, window: int = 0) -
     }
 
 
-def row_terms(a: Arch, slots: int, max_new: int) -> dict[str, int]:
-    """The bytes one decode row adds: its slots, token buffer, logits and sampling, one step's temporaries."""
-    b, L, H_kv = a.dtype_bytes, a.n_layers, a.n_kv_heads
+def row_terms(a: Arch, slots: int, max_new: int, *, compacts: bool = False, query_ring: int = 0) -> dict[str, int]:
+    """The bytes one decode row adds: its slots, token buffer, logits and sampling, one step's temporaries; for a
+    decode-time method (``compacts``) its slot positions and its ring of ``query_ring`` queries per layer."""
+    b, L, H_kv, H, D = a.dtype_bytes, a.n_layers, a.n_kv_heads, a.n_heads, a.head_dim
     return {
         "kv": slots * a.kv_bytes_per_token,
         "slot_mask": slots * L * H_kv,
+        "positions": slots * L * H_kv * 8 if compacts else 0,
+        "query_ring": L * H * query_ring * D * b,
         "tokens": 8 * (max_new + 1),
         "logits": a.vocab * FLOAT32,
         "sampling": a.vocab * SAMPLING_BYTES_PER_ENTRY,
@@ -120,20 +144,39 @@ def row_terms(a: Arch, slots: int, max_new: int) -> dict[str, int]:
     }
 
 
+def compaction_bytes(a: Arch, slots: int, pairs: int) -> int:
+    """A compaction's scratch per row (one layer at a time): ``pairs`` key pairs per KV head scored pairwise, the
+    gathered K/V and the ranking of the slots."""
+    return a.n_kv_heads * (pairs * pair_bytes(a.dtype_bytes) + slots * (2 * a.head_dim * a.dtype_bytes
+                                                                         + COMPACT_SLOT_BYTES))
+
+
 def job_terms(a: Arch, weight_bytes: int, rows: int, *, slots: int, max_new: int, T: int, prefill_slots: int,
-              window: int, chunk: int) -> dict[str, int]:
+              window: int, chunk: int, compacts: bool = False, query_ring: int = 0, prefill_pairs: int = 0,
+              pairs: int = 0) -> dict[str, int]:
     """The peak of a job that holds ``rows`` decode rows of ``slots`` slots while it prefills a ``T``-token prompt
-    and draws a sample's first token from the prefill's logits."""
-    prefill = sum(prefill_terms(a, T, prefill_slots, chunk=chunk, window=window).values())
-    return {"weights": weight_bytes, "prefill": prefill, "first_draw": a.vocab * SAMPLING_BYTES_PER_ENTRY,
-            "rows": rows * sum(row_terms(a, slots, max_new).values())}
+    and draws a sample's first token from the prefill's logits, or compacts its rows (decode-time methods:
+    ``compacts, query_ring``, the ``pairs`` of a compaction and the ``prefill_pairs`` of the prompt cut;
+    ``method.row_memory``). ``compaction``: what the rows' compaction needs beyond the prefill's peak."""
+    prefill = sum(prefill_terms(a, T, prefill_slots, chunk=chunk, window=window, pairs=prefill_pairs).values())
+    first_draw = a.vocab * SAMPLING_BYTES_PER_ENTRY
+    row = sum(row_terms(a, slots, max_new, compacts=compacts, query_ring=query_ring).values())
+    compaction = rows * compaction_bytes(a, slots, pairs) if compacts else 0
+    return {"weights": weight_bytes, "prefill": prefill, "first_draw": first_draw, "rows": rows * row,
+            "compaction": max(0, compaction - prefill - first_draw)}
 
 
 def max_rows(a: Arch, weight_bytes: int, budget_bytes: float, **job) -> int:
     """The most rows whose :func:`job_terms` peak fits ``budget_bytes`` (0: not even one). ``job``: as job_terms."""
-    fixed = sum(job_terms(a, weight_bytes, 0, **job).values())
-    per_row = sum(row_terms(a, job["slots"], job["max_new"]).values())
-    return max(0, int((budget_bytes - fixed) // per_row))
+    terms = job_terms(a, weight_bytes, 0, **job)
+    fixed = sum(terms.values())
+    row = sum(row_terms(a, job["slots"], job["max_new"], compacts=job.get("compacts", False),
+                        query_ring=job.get("query_ring", 0)).values())
+    n = max(0, int((budget_bytes - fixed) // row))
+    if job.get("compacts"):  # rows*(row + compaction) <= budget - weights
+        per = row + compaction_bytes(a, job["slots"], job.get("pairs", 0))
+        n = min(n, max(0, int((budget_bytes - weight_bytes) // per)))
+    return n
 
 
 def card_usable_bytes(memory_gib: float) -> float:

@@ -22,7 +22,7 @@ SHAPES = [(10, 0), (10, 5), (100, 3), (100, 50), (30, 200), (64, 1), (500, 1000)
 def test_mean_held_is_the_mean_of_the_footprint_over_decoding_steps(name):
     method = METHODS[name]()  # every registered method, with its defaults
     for T, G in SHAPES:
-        brute = sum(method.footprint(T, k) for k in range(1, G + 1)) / G if G else method.footprint(T, 0)
+        brute = sum(method.tokens_held(T, k) for k in range(1, G + 1)) / G if G else method.tokens_held(T, 0)
         assert mean_held(method, T, G) == pytest.approx(brute), (name, T, G)
         assert dropped(method, T, G) == (method.footprint(T, G) < T + G)
 

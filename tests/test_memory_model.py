@@ -34,8 +34,9 @@ def model():
     return m
 
 
-@pytest.mark.parametrize("method", [ss.NoCompression(), ss.SnapStream(prompt_budget=256, window=16, recent=32)],
-                         ids=["none", "snapstream"])
+@pytest.mark.parametrize("method", [ss.NoCompression(), ss.SnapStream(prompt_budget=256, window=16, recent=32),
+                                    ss.RKV(budget=256, interval=8), ss.SnapKVDecode(budget=256, interval=8)],
+                         ids=["none", "snapstream", "rkv", "snapkv_decode"])
 def test_job_peak_bounds_the_tracked_engine_peak_within_15_percent(model, method):
     """Two items of T tokens, R samples each, in R engine rows: the second item is prefilled while the rows of the
     first are allocated, the peak the model's ``job`` sums."""
@@ -47,10 +48,12 @@ def test_job_peak_bounds_the_tracked_engine_peak_within_15_percent(model, method
     with LiveBytes() as mem:
         done = sum(len(batch) for batch in engine.run(items))
     assert done == 2 * R
+    if method.budget_cap == "cache" and method.method != "streaming_llm":
+        assert engine.compactor.calls >= 2 and engine.cache.slots == method.budget + method.interval
     a = Arch.of(model.config, 4)
     slots = engine.cache.slots  # what the engine allocated per row
     terms = job_terms(a, 0, R, slots=slots, max_new=G, T=T, prefill_slots=method.prefill_slots(T),
-                      window=method.query_rows(T), chunk=4096)
+                      window=method.query_rows(T), chunk=4096, **method.row_memory(T, slots))
     estimate = sum(terms.values())
     assert mem.peak <= estimate <= 1.15 * mem.peak, (mem.peak, terms)
 

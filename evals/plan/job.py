@@ -45,6 +45,7 @@ class Job:
     memory_gib: float  # plan.memory_gib
     run_dir: str
     out_root: str
+    row_memory: tuple[tuple[str, int], ...] = ()  # method.row_memory(T, slots): a decode-time method's extra state
 
     @property
     def total_samples(self) -> int:
@@ -52,7 +53,9 @@ class Job:
 
     @property
     def prompt_budget(self) -> int | None:
-        return dict(self.knobs).get("prompt_budget")
+        """The method's budget: ``prompt_budget``, or a decode-time method's whole-cache ``budget``."""
+        knobs = dict(self.knobs)
+        return knobs.get("prompt_budget", knobs.get("budget"))
 
     @property
     def label(self) -> str:
@@ -76,8 +79,9 @@ def _method(compression: Mapping[str, Any]):
 def _geometry(method, T: int, G: int) -> dict[str, int]:
     """kept, slots, prefill_slots and window of the longest prompt ``T`` with ``G`` new tokens, as the method gives
     them (a method owns its geometry)."""
-    return {"kept": method.kept(T), "slots": method.slots(T, G), "prefill_slots": method.prefill_slots(T),
-            "window": method.query_rows(T)}
+    slots = method.slots(T, G)
+    return {"kept": method.kept(T), "slots": slots, "prefill_slots": method.prefill_slots(T),
+            "window": method.query_rows(T), "row_memory": tuple(method.row_memory(T, slots).items())}
 
 
 def job_from_config(cfg: Any, max_prompt_tokens: int | None = None) -> Job:
@@ -159,7 +163,7 @@ def peak_bytes(job: Job, rows: int) -> int:
 
 def _model_args(job: Job) -> dict[str, int]:
     return {"slots": job.slots, "max_new": job.max_new_tokens, "T": job.max_prompt_tokens,
-            "prefill_slots": job.prefill_slots, "window": job.window, "chunk": PREFILL_CHUNK}
+            "prefill_slots": job.prefill_slots, "window": job.window, "chunk": PREFILL_CHUNK, **dict(job.row_memory)}
 
 
 def max_rows(job: Job, memory_gib: float | None = None, usable: float | None = None) -> int:

@@ -28,7 +28,7 @@ def row(p: Planned) -> dict:
     step = step_terms(j, rows)
     return {
         "model": j.model, "task": j.task, "compression": j.compression,
-        "prompt_budget": knobs.get("prompt_budget", ""), "recent": knobs.get("recent", ""),
+        "prompt_budget": knobs.get("prompt_budget", knobs.get("budget", "")), "recent": knobs.get("recent", ""),
         "n_items": j.n_items, "n_samples": j.n_samples, "rows": p.rows, "slots": j.slots,
         "max_prompt_tokens": j.max_prompt_tokens, "mean_prompt_tokens": round(mean_prompt_tokens(j)),
         "mean_gen_tokens": round(j.gen_fraction * j.max_new_tokens), "peak_gib": round(p.peak_gib, 2),

@@ -42,6 +42,7 @@ import torch
 from snapstream_core.cache import CompressedCache
 from snapstream_core.engine.attention import fill_blocks, flex_decode_attention, resolve_attention
 from snapstream_core.engine.batch import RowBatch
+from snapstream_core.engine.compact import Compactor, compactor_for
 from snapstream_core.engine.noise import sample_key
 from snapstream_core.engine.rows import RowCache
 from snapstream_core.engine.scheduler import Job, Scheduler, StepCounts
@@ -174,8 +175,10 @@ class Engine:
         self.step_fn = Step(compile, self.device.type, compile_backend, kernel, kernels)
         self.bounded = self.step_fn.attention is flex_decode_attention  # per-row read bounds (fill)
         self.stats.compiled = compile
+        self.compile_backend = compile_backend
         self.cache: RowCache | None = None
         self.batch: RowBatch | None = None
+        self.compactor: Compactor | None = None
 
     # ------------------------------------------------------------------ per-row state
     def _alloc(self, prefix: CompressedCache, slots: int, width: int) -> None:
@@ -192,6 +195,7 @@ class Engine:
                 raise self._oom("allocating the decode rows", exc) from exc
             raise
         self.stats.kv_allocations += 1
+        self.compactor = compactor_for(self.method, self.cache, self.model, self.stats.compiled, self.compile_backend)
         self.batch = RowBatch(self.held_rows, slots, width, self.eos_t, self.sampling)
 
     def _oom(self, stage: str, exc: BaseException) -> EngineError:
@@ -202,8 +206,11 @@ class Engine:
     def _start(self, row: int, job: Job, item: EngineItem, prefix: CompressedCache, logits: torch.Tensor) -> None:
         """Put sample ``job`` in ``row``: copy the prefix, add the request to the row's arrays (its first token)."""
         seed = self.seed if item.seed is None else item.seed
-        self.batch.add(row, self.cache.load(row, prefix), len(item.ids), sample_key(seed, item.key, job.sample_idx),
-                       job.max_new_tokens, item.sampling or self.sampling, self._stop(item), logits)
+        schedule = self.cache.load(row, prefix)
+        if self.compactor is not None:
+            self.compactor.start(row, len(item.ids), prefix)
+        self.batch.add(row, schedule, len(item.ids), sample_key(seed, item.key, job.sample_idx), job.max_new_tokens,
+                       item.sampling or self.sampling, self._stop(item), logits)
 
     def _stop(self, item: EngineItem) -> tuple[str, ...]:
         return self.stop_strings if item.stop is None else tuple(s for s in item.stop if s)
@@ -249,7 +256,23 @@ class Engine:
                 self.stats.record_s += time.perf_counter() - start
         self.stats.compiles = self.step_fn.compiles
         b.stepped(busy)
+        if self.compactor is not None:
+            self._compact(busy)
         b.draw(logits, hi)
+
+    def _compact(self, busy: list[int]) -> None:
+        """Compact the rows this step made due (:class:`~.compact.Compactor`); each then writes its next token at
+        slot ``held`` and the ``interval - 1`` after it, until its next compaction."""
+        try:
+            compacted = self.compactor.after_step(busy, self.batch.pos0 + self.batch.step - 1)
+        except Exception as exc:
+            if is_oom(exc):
+                raise self._oom(self.compactor.stage(), exc) from exc
+            raise
+        b = self.batch
+        for row, held in compacted.items():
+            b.base[row], b.offset[row] = held, -b.host[row].steps % self.method.interval
+            b.period[row] = self.method.interval
 
     # ------------------------------------------------------------------ host side
     def _stop_hit(self, seq: list[int], stop: tuple[str, ...]) -> bool:
@@ -303,7 +326,7 @@ class Engine:
         if it decoded alone: a sample's figures do not depend on its neighbours) and the tokens it held."""
         per_slot = self.cache.nbytes_per_row() // self.cache.slots
         T = len(item.ids)
-        held = self.method.tokens_held(T, n_tokens - 1)
+        held = self.method.peak_tokens(T, n_tokens - 1)
         row_bytes = per_slot * self.method.slots(T, job.max_new_tokens)
         return {**prefix_kv, "kv_tokens_peak": max(prefix_kv["kv_tokens_peak"], held),
                 "kv_bytes_peak": max(prefix_kv["kv_bytes_peak"], row_bytes), "kv_bytes_final": row_bytes}

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from snapstream_core.attention import SLOT_ATTENTION_KWARG, SLOT_FILL_KWARG, SLOT_MASK_KWARG
+from snapstream_core.attention import SLOT_ATTENTION_KWARG, SLOT_FILL_KWARG, SLOT_MASK_KWARG, SLOT_QUERY_KWARG
 
 log = logging.getLogger(__name__)
 GIB = 2**30
@@ -66,6 +66,8 @@ def decode_step(model, cache, tokens: torch.Tensor, positions: torch.Tensor, slo
     cache.write_slot = slots
     cache.mark_written()
     extra = {SLOT_MASK_KWARG: cache.visible}
+    if cache.queries is not None:  # a decode-time method's query ring: row r writes at position % Q
+        extra[SLOT_QUERY_KWARG] = (cache.queries, positions[:, 0] % cache.queries.shape[3])
     if attention is not None:
         extra[SLOT_ATTENTION_KWARG] = attention
         if filled is not None:

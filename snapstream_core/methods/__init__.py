@@ -11,8 +11,11 @@ result-row and summary columns and report labels (:func:`knob_names`), lm-eval `
 from dataclasses import fields
 
 from snapstream_core.methods.base import CompressionMethod
+from snapstream_core.methods.decode_base import DecodeMethod
 from snapstream_core.methods.none import NoCompression
+from snapstream_core.methods.rkv import RKV
 from snapstream_core.methods.snapkv import SnapKV
+from snapstream_core.methods.snapkv_decode import SnapKVDecode
 from snapstream_core.methods.snapstream import SnapStream
 from snapstream_core.methods.streaming_llm import StreamingLLM
 
@@ -21,6 +24,8 @@ METHODS: dict[str, type[CompressionMethod]] = {
     "snapkv": SnapKV,
     "streaming_llm": StreamingLLM,
     "snapstream": SnapStream,
+    "rkv": RKV,
+    "snapkv_decode": SnapKVDecode,
 }
 
 
@@ -34,4 +39,7 @@ def knob_names() -> list[str]:
     return [*names, *shared]
 
 
-__all__ = ["METHODS", "knob_names", "CompressionMethod", "NoCompression", "SnapKV", "SnapStream", "StreamingLLM"]
+__all__ = [
+    "METHODS", "knob_names", "CompressionMethod", "DecodeMethod", "NoCompression", "RKV", "SnapKV", "SnapKVDecode",
+    "SnapStream", "StreamingLLM",
+]

@@ -42,12 +42,16 @@ class Selection:
 
     ``scores`` (B, H_kv, T): priority of each prompt token (higher is kept first; ``-inf`` never kept unless there is
     room); ``n_keep`` tokens are kept per (row, KV head), of which the ``n_frozen`` with the highest priority form the
-    frozen prefix and the rest seed the ring (StreamingLLM's recent tokens).
+    frozen prefix and the rest seed the ring (StreamingLLM's recent tokens). ``indices`` (B, H_kv, n_keep) long,
+    when given, are the kept tokens in the order the layer stores them (a method that orders its slots itself, as
+    the decode-time methods store the references' score order); otherwise the kept tokens are stored in position
+    order.
     """
 
     scores: torch.Tensor
     n_keep: int
     n_frozen: int
+    indices: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,43 @@ class CompressionMethod:
         """KV entries held per layer and KV head after the prefill of ``prompt_len`` tokens and ``steps`` decoded
         tokens written (``footprint`` at ``steps = max_new_tokens``)."""
         return self.footprint(prompt_len, steps)
+
+    def peak_tokens(self, prompt_len: int, steps: int) -> int:
+        """The most KV entries held at once while ``steps`` decoded tokens are written (``tokens_held`` at
+        ``steps`` for the methods whose cache never shrinks)."""
+        return self.tokens_held(prompt_len, steps)
+
+    def row_memory(self, prompt_len: int, slots: int) -> dict[str, int]:
+        """What a decode row holds beyond its K/V for this method, for the memory model (``memory.job_terms``):
+        ``compacts`` (1: slot positions and a compaction), ``query_ring`` (queries per layer), ``pairs`` (key
+        pairs per KV head a compaction of ``slots`` slots scores pairwise) and ``prefill_pairs`` (those of the
+        prompt cut). None by default."""
+        return {"compacts": 0, "query_ring": 0, "pairs": 0, "prefill_pairs": 0}
+
+    def mean_tokens_held(self, prompt_len: int, gen_tokens: int) -> float:
+        """Mean of ``tokens_held(T, k)`` over decoding steps ``k = 1..gen_tokens`` (``tokens_held(T, 0)`` when
+        nothing was generated), for a cache that grows by one entry a step and then stays flat: found by bisection."""
+        T, G = prompt_len, gen_tokens
+        start = self.tokens_held(T, 0)
+        if G <= 0:
+            return float(start)
+        lo, hi = 0, G  # the largest k with tokens_held(T, k) == start + k
+        if self.tokens_held(T, G) == start + G:
+            lo = G
+        else:
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if self.tokens_held(T, mid) == start + mid:
+                    lo = mid
+                else:
+                    hi = mid
+        growing = lo * start + lo * (lo + 1) // 2  # steps 1..lo: start + k
+        flat = (G - lo) * self.tokens_held(T, lo)  # steps lo+1..G: as held after step lo
+        return (growing + flat) / G
+
+    def check_engine(self, where: str) -> None:
+        """Raise a one-line ``ValueError`` when the method needs the engine and ``where`` (another decoding path,
+        e.g. ``generate()``) cannot run it. Every method runs anywhere by default."""
 
     def kept(self, prompt_len: int) -> int:
         """Prompt tokens a layer keeps after its prefill selection."""
