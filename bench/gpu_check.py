@@ -10,8 +10,11 @@ hang cannot poison the next stage:
    worst case of its reads);
 3. ``block_mask``: the same full-cache rows at a long and at a short prompt in one graph: the per-row block mask
    should make the short rows' step faster;
-4. ``prefill_120k``: one LongBench-shaped 120k-token prompt through the layer-major prefill (full cache);
-5. ``equal_memory_full`` / ``equal_memory_snapstream``: a 128k-token prompt, the full cache at the rows the planner
+4. ``compaction``: R-KV (budget 512, interval 128) with its compaction graph: graphs compiled (decode +
+   compaction), the compaction's share of the decode time, and compiled greedy tokens against eager for ``rkv``
+   (and ``triattention`` when registered);
+5. ``prefill_120k``: one LongBench-shaped 120k-token prompt through the layer-major prefill (full cache);
+6. ``equal_memory_full`` / ``equal_memory_snapstream``: a 128k-token prompt, the full cache at the rows the planner
    gives it, SnapStream at the rows that fit the same planned memory; ``equal_memory`` compares their tokens/s.
 
 Per stage (``gpu_check.json``): ``wall_s`` (the process: imports, model build, compile, measurement),
@@ -48,7 +51,7 @@ TINY_OUT = REPO / "results" / "gpu_check_tiny"
 DEADLINE_S = 480
 TINY_DEADLINE_S = 1200
 MIN_STAGE_S = 1.0  # a stage with less time left than this is skipped
-ORDER = ("snapstream_decode", "full_decode", "block_mask", "prefill_120k", "equal_memory_full",
+ORDER = ("snapstream_decode", "full_decode", "block_mask", "compaction", "prefill_120k", "equal_memory_full",
          "equal_memory_snapstream")
 log = logging.getLogger("bench.gpu_check")
 

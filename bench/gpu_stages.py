@@ -13,8 +13,7 @@ the bandwidth floor measured in the same process by two methods (:mod:`bench.flo
 against the eager step's under teacher forcing, under ``no_grad``, on the graph the engine replays.
 
 ``--tiny`` compiles with Inductor and FlexAttention with the per-row block mask, as on CUDA. A stage is one function
-registered with :func:`stage`; ``compaction`` is written but not registered (the decode-time compaction methods are
-not on this branch).
+registered with :func:`stage`.
 """
 
 from __future__ import annotations
@@ -66,6 +65,8 @@ SHAPES: dict[str, tuple[Shape, Shape]] = {  # name: (8B on CUDA, --tiny)
     "equal_memory_full": (Shape({"method": "none"}, 128_000, 32, 128_000, 32, 64),
                           Shape({"method": "none"}, 1024, 8, 1024, 8, 4)),
     "equal_memory_snapstream": (Shape(SNAP_8B, 128_000, 32, 128_000, 32, 1024), Shape(SNAP_TINY, 1024, 8, 1024, 8, 4)),
+    "compaction": (Shape({"method": "rkv", "budget": 512, "interval": 128}, 2048, 384, 400, 32768, 1920),
+                   Shape({"method": "rkv", "budget": 32, "interval": 8}, 128, 20, 64, 512, 60)),
 }
 
 
@@ -365,11 +366,68 @@ def prefill(ctx: Ctx) -> None:
                       recompiles=0, compiles=0)
 
 
+def _graphs() -> int:
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"]
+
+
+class TimedCompaction:
+    """Wraps an engine's compaction call (its ``Compactor.fn``) to time it, the device synchronised around it."""
+
+    def __init__(self, fn, cuda: bool):
+        self.fn, self.cuda, self.seconds, self.calls = fn, cuda, 0.0, 0
+
+    def __call__(self, *args, **kwargs):
+        import torch
+
+        if self.cuda:
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        out = self.fn(*args, **kwargs)
+        if self.cuda:
+            torch.cuda.synchronize()
+        self.seconds += time.perf_counter() - start
+        self.calls += 1
+        return out
+
+
+@stage("compaction", 140, note="decode-time compaction (rkv; triattention when registered)")
 def compaction(ctx: Ctx) -> None:
-    """NOT REGISTERED: the decode-time compaction stage (issue 43 item 5), for when ``rkv`` / ``triattention`` are
-    in the engine: compiled tokens equal eager on the embedded model, graphs = decode + compaction, and the
-    compaction's share of step time at budget 512 / interval 128 on the 8B shape."""
-    raise NotImplementedError("the compaction stage needs the decode-time compaction methods (issue 43)")
+    """The decode-time methods' compaction graph (issue 43): for each of ``rkv`` and ``triattention`` (when
+    registered), the compiled engine's greedy tokens against the eager engine's on the stage's model and prompt
+    (``tokens_equal_eager``), the graphs compiled by its run (decode step + compaction: 2), and for ``rkv`` at budget
+    512 / interval 128 (32 / 8 with ``--tiny``) the compaction's share of the decode time."""
+    import snapstream_core as ss
+    from snapstream_core.engine import Engine, EngineItem
+    from snapstream_core.methods import METHODS
+
+    rows, prompt = plan_rows(ctx)
+    steps, rec = ctx.shape.steps, ctx.record
+    reads = BlockReads()
+    before = _graphs()
+    engine = make_engine(ctx, rows, steps, reads)
+    item = make_item(ctx, prompt, rows, steps)
+    engine_run = decode_measure(ctx, engine, item, reads)  # the warm-up run creates the compactor
+    rec.update(engine_run)
+    rec["graphs"] = _graphs() - before
+    timed = TimedCompaction(engine.compactor.fn, ctx.device == "cuda")
+    engine.compactor.fn = timed
+    start = time.perf_counter()
+    for _ in engine.run([item]):
+        pass
+    rec.update(compaction_calls=timed.calls, compaction_share=timed.seconds / (time.perf_counter() - start))
+    finish_decode(ctx, engine, rows, engine.cache.slots)
+    greedy = ss.SamplingConfig(max_new_tokens=steps + 1)
+    for name in [n for n in ("rkv", "triattention") if n in METHODS]:
+        method = ss.compression_from_config({**ctx.shape.compression, "method": name})
+        got = {}
+        for compiled in (True, False):
+            eng = Engine(ctx.model, method, greedy, eos=[], rows=rows, compile=compiled and not ctx.args.no_compile,
+                         attention="flex" if compiled else "sdpa")
+            runs = [f.tokens for b in eng.run([EngineItem(item.ids, 0, tuple(range(rows)), steps + 1)]) for f in b]
+            got[compiled] = runs
+        rec[f"{name}_tokens_equal_eager"] = got[True] == got[False]
 
 
 # ---------------------------------------------------------------------------------------------------- the process
