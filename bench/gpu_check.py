@@ -153,6 +153,11 @@ def render(result: dict) -> str:
         lines += ["", f"Block mask: {block['prompt']}-token rows {block['ms_per_step']:.2f} ms/step, "
                       f"{block['short_prompt']}-token rows {block['short_ms_per_step']:.2f} ms/step "
                       f"(x{block['long_over_short']:.2f}) in one graph."]
+    comp = next((r for r in result["stages"] if r["name"] == "compaction" and "graphs" in r), None)
+    if comp:
+        lines += ["", f"Compaction: {comp['graphs']} graphs (decode step + compaction), {comp['compaction_calls']} "
+                      f"calls, {100 * comp['compaction_share']:.1f}% of the decode time; compiled greedy tokens equal "
+                      f"eager: {comp.get('rkv_tokens_equal_eager')} (rkv)."]
     lines += ["", "Equal memory: " + json.dumps(result.get("equal_memory", {}))]
     return "\n".join(lines) + "\n"
 
@@ -180,7 +185,6 @@ def main(argv: list[str] | None = None) -> int:
         else "measured on the GPU above with an 8B-shaped model (random weights, bf16)",
         "memory_gib": a.memory_gib, "deadline_s": a.deadline_s, "stages": [],
     }
-    del torch  # the stages import their own, in their own processes
     wanted = set(a.only.split(",")) if a.only else set(ORDER)
     context: dict[str, Any] = {}
     from bench.gpu_stages import STAGES
