@@ -15,6 +15,7 @@ from snapstream_core.engine.noise import pick_tokens
 from snapstream_core.memory import (
     GIB,
     SAMPLING_TRACKED_BYTES_PER_ENTRY,
+    SORT_SCRATCH_BYTES_PER_ENTRY,
     Arch,
     budget_bytes,
     card_usable_bytes,
@@ -54,8 +55,9 @@ def test_job_peak_bounds_the_tracked_engine_peak_within_15_percent(model, method
     slots = engine.cache.slots  # what the engine allocated per row
     terms = job_terms(a, 0, R, slots=slots, max_new=G, T=T, prefill_slots=method.prefill_slots(T),
                       window=method.query_rows(T), chunk=4096, **method.row_memory(T, slots))
+    unseen = (R + 1) * a.vocab * SORT_SCRATCH_BYTES_PER_ENTRY  # top-p's sort scratch: inside one op, untracked
     estimate = sum(terms.values())
-    assert mem.peak <= estimate <= 1.15 * mem.peak, (mem.peak, terms)
+    assert mem.peak <= estimate - unseen <= 1.15 * mem.peak, (mem.peak, terms)
 
 
 def test_sampling_temporaries_per_vocabulary_entry_are_not_underestimated():
