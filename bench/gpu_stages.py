@@ -66,7 +66,7 @@ SHAPES: dict[str, tuple[Shape, Shape]] = {  # name: (8B on CUDA, --tiny)
                           Shape({"method": "none"}, 1024, 8, 1024, 8, 4)),
     "equal_memory_snapstream": (Shape(SNAP_8B, 128_000, 32, 128_000, 32, 1024), Shape(SNAP_TINY, 1024, 8, 1024, 8, 4)),
     "compaction": (Shape({"method": "rkv", "budget": 512, "interval": 128}, 2048, 384, 400, 32768, 1920),
-                   Shape({"method": "rkv", "budget": 32, "interval": 8}, 128, 20, 64, 512, 60)),
+                   Shape({"method": "rkv", "budget": 32, "interval": 8}, 128, 12, 64, 512, 60)),
 }
 
 
