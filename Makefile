@@ -87,7 +87,8 @@ gpu-check: ## on a CUDA GPU, with any Python that has torch + transformers (PYTH
 
 COMPAT_VENV := .venv-compat
 COMPAT_TESTS := tests/test_core_generate.py tests/test_engine.py tests/test_selection.py tests/test_prefill.py \
-  tests/test_prefill_memory.py tests/test_memory_model.py tests/test_plan.py tests/test_plan_shape.py tests/test_gpu_check.py
+  tests/test_prefill_memory.py tests/test_memory_model.py tests/test_plan.py tests/test_plan_shape.py tests/test_gpu_check.py \
+  tests/test_engine_settings.py
 
 $(COMPAT_VENV)/.installed: constraints-compat.txt
 	test -x $(COMPAT_VENV)/bin/python || $(PYTHON) -m venv $(COMPAT_VENV)

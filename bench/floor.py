@@ -28,7 +28,11 @@ class BandwidthProbe:
     """Reads the memory's bandwidth in bytes/s, as often as asked, over buffers allocated once: the best of ``reps``
     sums over a ``mib`` MiB float32 tensor. On the CPU, the best over two such tensors, one of ordinary memory and one
     on the huge pages the model's weights and the compiled step's K/V are given (:mod:`bench.cpu_decode.memory`), so
-    that the floor is that of the fastest memory here."""
+    that the floor is that of the fastest memory here.
+
+    The read must dwarf a kernel launch (a few microseconds): 256 MiB takes ~56 us on an H200, so the GPU check reads
+    4 GiB. :meth:`copy` is a second method beside it: a device-to-device copy of the same buffer (read + write, so
+    twice its bytes move), the figure copy kernels reach."""
 
     def __init__(self, device: str, mib: int = 256):
         n = mib * MIB // 4
@@ -42,6 +46,13 @@ class BandwidthProbe:
     def __call__(self, reps: int = 5) -> float:
         best = min(_best_seconds(lambda x=x: x.sum().item(), self.cuda, reps) for x in self.buffers)
         return self.nbytes / best
+
+    def copy(self, reps: int = 5) -> float:
+        """Bytes/s moved by ``dst.copy_(src)`` over the first buffer (its bytes read and as many written)."""
+        src = self.buffers[0]
+        dst = torch.empty_like(src)
+        best = _best_seconds(lambda: dst.copy_(src), self.cuda, reps)
+        return 2 * self.nbytes / best
 
 
 def _best_seconds(fn, cuda: bool, reps: int) -> float:

@@ -10,8 +10,11 @@ it is installed; everything else imports as usual.
 from __future__ import annotations
 
 import importlib.abc
+import os
 import runpy
 import sys
+
+ENV = "BENCH_WITHOUT"  # the blocked names, for child processes
 
 
 class Blocker(importlib.abc.MetaPathFinder):
@@ -31,6 +34,7 @@ def block(names: set[str]) -> None:
     for mod in [m for m in sys.modules if m.split(".")[0] in names]:
         del sys.modules[mod]
     sys.meta_path.insert(0, Blocker(names))
+    os.environ[ENV] = ",".join(sorted(names))  # child processes (bench.gpu_check's stages) block them too
 
 
 def main(argv: list[str]) -> int:

@@ -93,6 +93,7 @@ class RunPlan:
     grading_id: str = ""
     grading_setup: dict[str, Any] | None = None  # the task's resolved grading setup (sandbox mode, interpreter)
     cache_root: Path | None = None  # the sample cache's folder, absolute; None: not used
+    planned_bytes: int | None = None  # the planner's peak at those rows (CUDA): quoted by an out-of-memory error
 
 
 def check(cfg: DictConfig, *, offline: bool = False) -> Checked:
@@ -188,7 +189,7 @@ def plan(cfg: DictConfig, run_dir: Path | None = None) -> RunPlan:
     ``run_dir`` of the config, in a ``fp-<fingerprint>`` folder, so two runs that differ anywhere never share one.
     """
     c = check(cfg)
-    rows = None
+    rows = planned = None
     items = c.task.load(cfg.task)
     if not items:
         raise ValueError("task: no items to evaluate (check task.limit and the filters)")
@@ -200,7 +201,8 @@ def plan(cfg: DictConfig, run_dir: Path | None = None) -> RunPlan:
 
         weights = weights_identity(cfg.model)
         container = {**container, "model": {**container["model"], "device": resolved_device(cfg.model)}}
-        rows = _planned_rows(cfg, container["model"]["device"], lambda: prompt_lengths(cfg, c.task, items))
+        rows, planned = _planned_rows(cfg, container["model"]["device"],
+                                      lambda: prompt_lengths(cfg, c.task, items))
     identity = run_identity(container, c.method.knobs(), weights, items)
     fp = fingerprint(identity)
     generates = backend_traits(cfg.backend.name).loads_weights
@@ -227,19 +229,21 @@ def plan(cfg: DictConfig, run_dir: Path | None = None) -> RunPlan:
         grading_id=grading_id(c.task, setup),
         grading_setup=setup,
         cache_root=cache_dir(c.container["out_root"]) if generates and cfg.get("sample_cache", True) else None,
+        planned_bytes=planned,
     )
 
 
 def _planned_rows(cfg: DictConfig, device: str, measure: Callable[[], tuple[list[int], int]] | None = None
-                  ) -> int | None:
+                  ) -> tuple[int | None, int | None]:
     """On CUDA, before any weights load: refuse (one line naming the job and its need) a job whose peak does not fit
     ``plan.memory_gib`` or the memory free on the device (``torch.cuda.mem_get_info``), and resolve ``gen.rows=auto``
     to the most rows that fit (:func:`evals.plan.job.choose_rows`, the model ``python -m evals.plan`` prints). A task
     without a ``plan:`` block is planned from its items' prompts, counted by ``measure`` (the tokenizer alone:
-    :mod:`evals.plan.measured`). Elsewhere None: the backend's own default."""
+    :mod:`evals.plan.measured`). Returns ``(rows, planned peak bytes at those rows)``; elsewhere ``(None, None)``:
+    the backend's own default."""
     if not str(device).startswith("cuda"):
-        return None
-    from evals.plan.job import DEFAULT_MEMORY_GIB, choose_rows, job_from_config
+        return None, None
+    from evals.plan.job import DEFAULT_MEMORY_GIB, Job, choose_rows, job_from_config, peak_bytes
     from evals.plan.measured import plan_block
     from snapstream_core.memory import device_usable_bytes
 
@@ -255,11 +259,12 @@ def _planned_rows(cfg: DictConfig, device: str, measure: Callable[[], tuple[list
     import torch
 
     usable = device_usable_bytes(device) if torch.cuda.is_available() else None
-    rows = choose_rows(target, usable=usable)
+    job = target if isinstance(target, Job) else job_from_config(target)
+    rows = choose_rows(job, usable=usable)
     log.info("planner: gen.rows=%s -> %d decode rows within plan.memory_gib=%s%s", cfg.gen.get("rows", "auto"), rows,
              cfg.get("plan", {}).get("memory_gib", DEFAULT_MEMORY_GIB),
              "" if usable is None else f" and {usable / 2**30:.1f} GiB free on {device}")
-    return rows
+    return rows, peak_bytes(job, rows)
 
 
 def run(cfg: DictConfig, run_dir: Path | None = None) -> Path:
@@ -363,7 +368,7 @@ def _generate_and_score(cfg: DictConfig, p: RunPlan, items: list, replay=None) -
     reused = _reuse_cached(cfg, p, cache, items, done) if cache is not None and not cfg.overwrite else 0
     if reused and not _missing(items, lambda item_id: range(p.sampling.n), done):
         return {"cached_rows": reused}  # every sample was in the cache: no backend, no weights
-    backend = replay or make_backend(cfg, p.method, p.sampling, rows=p.rows)
+    backend = replay or make_backend(cfg, p.method, p.sampling, rows=p.rows, planned_bytes=p.planned_bytes)
     work = _pending_work(backend, p, items, done)
     if done:
         log.info("resuming %s: %d rows already there, %d items to go", p.run_dir, len(done), len(work))

@@ -47,9 +47,16 @@ PREFILL_CHUNK = 4096  # prompt tokens per chunk of the layer-major prefill (snap
 STEP_HIDDEN = 6
 STEP_INTER = 3
 # Bytes per vocabulary entry per row that top-p / temperature sampling allocates at its peak beside the float32
-# logits (the counter-based noise's int64 passes, the sort of top-p, the filtered copy): tracked with
-# bench.live_bytes.LiveBytes around snapstream_core.engine.noise.pick_tokens (tests/test_memory_model.py).
-SAMPLING_BYTES_PER_ENTRY = 30
+# logits (the counter-based noise's int64 passes over the whole vocabulary, the sort of top-p and its outputs, the
+# filtered copy): tracked with bench.live_bytes.LiveBytes around snapstream_core.engine.noise.pick_tokens
+# (tests/test_memory_model.py).
+SAMPLING_TRACKED_BYTES_PER_ENTRY = 30
+# The scratch of top-p's full-vocabulary sort, which LiveBytes cannot see (allocated and freed inside one op): on
+# CUDA ATen's segmented radix sort keeps a second buffer of the float32 keys and of the int64 values beside the int64
+# index it sorts (4 + 8 + 8). An estimate from the algorithm, not a measurement; added in full although the sort ends
+# before the noise's peak (an upper bound).
+SORT_SCRATCH_BYTES_PER_ENTRY = 20
+SAMPLING_BYTES_PER_ENTRY = SAMPLING_TRACKED_BYTES_PER_ENTRY + SORT_SCRATCH_BYTES_PER_ENTRY
 # An "80 GB" card reports 81,559 MiB of its 81,920 (79.65 GiB); the CUDA context takes about 0.55 GiB of it, so
 # about 79.1 GiB can be allocated (measured on H100 and H200 site stacks, docs/plan.md).
 REPORTED_SHARE = 81559 / 81920

@@ -17,7 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import pandas as pd
+from tasks.lazy import LazyModule
+
+pd = LazyModule("pandas")  # imported at first use: the planner imports task modules, not pandas
+
 
 TERM_COLUMNS = ["item_id", "metric", "group", "num", "den"]
 

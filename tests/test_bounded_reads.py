@@ -77,7 +77,7 @@ def test_engine_with_bounded_flex_reads_gives_the_same_tokens(tiny_model, method
     assert eng.bounded and not every.bounded
     assert every.stats.read_share == 1.0 and 0 < eng.stats.read_share < 1.0
     slots = torch.arange(eng.cache.slots)
-    past = slots[None, None, :] >= eng.fill[:, None, None]  # (R, 1, S)
+    past = slots[None, None, :] >= eng.batch.fill[:, None, None]  # (R, 1, S)
     assert not (eng.cache.visible & past[None]).any()
 
 

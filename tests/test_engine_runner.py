@@ -58,3 +58,19 @@ def test_longbench_cot_second_call_runs_after_the_engine(tmp_path):
     for r in rows:
         assert len(r["completions"]) == 2 and r["completion"] == r["completions"][1]
         assert r["gen_tokens"] > 6 - 1 and r["prompt_hash"]
+    decode = json.loads((out / "meta.json").read_text())["decode_rows"]
+    assert decode["engines"] == 1 and decode["kv_allocations"] == 1  # the answer calls reuse the first call's rows
+    assert decode["prefills"] == 4 and decode["compiles"] == 0  # eager on the CPU
+
+
+@pytest.mark.slow
+def test_longbench_cot_compiled_with_inductor_is_one_engine_and_one_compile(tmp_path):
+    """The run and its answer calls, compiled with Inductor: one engine, one graph (the same count with Dynamo's
+    eager backend, fast: tests/test_engine_settings.py)."""
+    cfg = compose_cfg([*TINY, "task=longbench_v2", "task.source=bundled", "task.cot=true", "task.limit=2",
+                       "task.max_len=300", "task.cot_tokens=6", "task.answer_tokens=4", "gen.compile=true",
+                       f"out_root={tmp_path}"])
+    out = run(cfg)
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["decode_compile"]["compiled"] is True
+    assert meta["decode_rows"]["engines"] == 1 and meta["decode_rows"]["compiles"] == 1

@@ -1,22 +1,22 @@
-"""``make gpu-check`` (bench/gpu_check.py): it refuses cleanly without CUDA, its --tiny CPU dry run goes through every
-stage on the engine and writes its results, and it (with the core and the planner) imports on a Python without hydra,
-omegaconf, datasets or lm_eval."""
+"""``make gpu-check`` (bench/gpu_check.py, its stages in bench/gpu_stages.py): it refuses cleanly without CUDA, every
+stage runs on the engine in the --tiny CPU dry run, each stage is stopped at its limit and the check ends by its
+deadline, and it (with the core and the planner) imports on a Python without hydra, omegaconf, datasets or lm_eval."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
 
-from bench.gpu_check import main
+from bench.gpu_check import ORDER, main
+from bench.gpu_stages import main as stage_main
 from tests.runner_utils import ROOT
 
 BLOCKED = "hydra,omegaconf,datasets,lm_eval"
-FIELDS = {"name", "path", "compiled", "peak_planned_gib", "peak_measured_gib", "ms_per_step", "floor_ms",
-          "tokens_per_s", "logits_max_abs_diff"}
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without CUDA")
@@ -27,35 +27,59 @@ def test_without_cuda_it_refuses_with_one_line(tmp_path, capsys):
     assert not list(tmp_path.iterdir())
 
 
-def test_the_tiny_dry_run_covers_every_stage_on_the_engine(tmp_path):
-    assert main(["--tiny", "--no-compile", "--out", str(tmp_path)]) == 0
+STAGE_FIELDS = {"name", "path", "compiled", "rows", "prompt", "peak_planned_gib", "model_build_s", "stage_s",
+                "versions"}
+DECODE_FIELDS = {"ms_per_step", "floor_ms", "floor_copy_ms", "tokens_per_s", "first_step_s", "record_s", "recompiles",
+                 "host_reads_per_step"}
+
+
+@pytest.mark.parametrize("name", list(ORDER))
+def test_each_stage_runs_on_the_engine_in_the_tiny_dry_run(tmp_path, name):
+    """Every registered stage, eager (the compiled path: ``python -m bench.gpu_check --tiny``, make test-compat):
+    its record has the stage's figures, no host read in its decode steps (top-p on), and the block-mask stage
+    measures a long and a short prompt."""
+    out = tmp_path / "stage.json"
+    context = json.dumps({"full_peak_bytes": 10**7}) if name == "equal_memory_snapstream" else "{}"
+    assert stage_main([name, "--tiny", "--no-compile", "--max-rows", "3", "--result", str(out),
+                       "--context", context]) == 0
+    rec = json.loads(out.read_text())
+    assert STAGE_FIELDS <= set(rec) and "error" not in rec and rec["path"] == "engine", rec
+    assert rec["compiled"] is False and rec["peak_planned_gib"] > 0 and rec["tokens_per_s"] > 0
+    if name != "prefill_120k":
+        assert DECODE_FIELDS <= set(rec) and rec["host_reads_per_step"] == 0 and rec["recompiles"] == 0
+        assert rec["ms_per_step"] > 0 and rec["floor_ms"] > 0 and rec["floor_copy_ms"] > 0
+    if name == "full_decode":
+        assert rec["prompt"] + rec["steps"] == 64 + 512 - 1  # rows as full as the job's slots (the last token: none)
+    if name == "block_mask":
+        assert rec["short_prompt"] < rec["prompt"] and rec["short_ms_per_step"] > 0 and rec["long_over_short"] > 0
+
+
+def test_every_stage_is_stopped_at_its_limit_and_the_check_ends_by_its_deadline(tmp_path):
+    """Stages of 2 s (a process importing torch needs more) within a 9 s deadline: each is killed at its limit and
+    recorded so, those the deadline leaves no time are skipped, and the whole check (imports included) ends in
+    time."""
+    start = time.perf_counter()
+    assert main(["--tiny", "--deadline-s", "9", "--stage-limit-s", "2", "--out", str(tmp_path)]) == 0
+    assert time.perf_counter() - start < 9 + 3  # + writing the files and the last kill
     result = json.loads((tmp_path / "gpu_check.json").read_text())
-    assert result["status"].startswith("DRY RUN") and result["versions"]["torch"] == torch.__version__
     stages = result["stages"]
-    assert [s["name"] for s in stages] == ["snapstream_decode", "full_decode", "prefill_120k", "equal_memory_full",
-                                           "equal_memory_snapstream"]
-    for s in stages:
-        assert FIELDS <= set(s) and s["path"] == "engine" and "error" not in s and "skipped" not in s, s
-        assert s["peak_planned_gib"] > 0 and s["tokens_per_s"] > 0
-        assert s["compiled"] is False and s["logits_max_abs_diff"] is None  # --no-compile: nothing to compare
-    decode = [s for s in stages if s["name"] != "prefill_120k"]
-    assert all(s["ms_per_step"] > 0 and s["floor_ms"] > 0 for s in decode)
-    full = stages[1]
-    assert full["prompt"] + full["steps"] == 64 + 512 - 1  # rows as full as the job's slots (the last token: no slot)
-    assert result["equal_memory"]["ratio"] > 0
-    assert "| snapstream_decode | engine | False | 3 (60) |" in (tmp_path / "gpu_check.md").read_text()
+    assert [s["name"] for s in stages] == list(ORDER)
+    stopped = [s for s in stages if "stopped" in s]
+    assert stopped and all(s["wall_s"] < s["limit_s"] + 1.5 and s["limit_s"] <= 2 for s in stopped)
+    assert all("stopped" in s or s["skipped"].startswith("deadline") for s in stages)
+    assert "stopped at its limit" in (tmp_path / "gpu_check.md").read_text()
 
 
-def test_a_stage_past_the_deadline_is_skipped_with_the_reason(tmp_path):
-    assert main(["--tiny", "--deadline-s", "1", "--only", "full_decode", "--out", str(tmp_path)]) == 0
-    (stage,) = json.loads((tmp_path / "gpu_check.json").read_text())["stages"]
-    assert stage["skipped"].startswith("time budget") and stage["ms_per_step"] is None
+def test_an_unknown_stage_is_refused_naming_the_option(capsys):
+    with pytest.raises(SystemExit):
+        main(["--tiny", "--only", "nope"])
+    assert "--only: unknown stage nope" in capsys.readouterr().err
 
 
 def test_the_gpu_check_core_and_planner_import_without_hydra_omegaconf_datasets_lm_eval():
     code = ("import sys\n"
-            "import bench.gpu_check, evals.plan, evals.plan.cost, snapstream_core.engine, snapstream_core.prefill\n"
-            "import snapstream_core.memory, snapstream_core.generate\n"
+            "import bench.gpu_check, bench.gpu_stages, evals.plan, evals.plan.cost, snapstream_core.engine\n"
+            "import snapstream_core.memory, snapstream_core.generate, snapstream_core.prefill\n"
             "try:\n    import omegaconf\nexcept ModuleNotFoundError:\n    print('blocked')\n"
             f"print(sorted(m for m in sys.modules if m.split('.')[0] in {BLOCKED.split(',')!r}))\n")
     out = subprocess.run([sys.executable, "-m", "bench.without", BLOCKED, "-c", code], cwd=ROOT, capture_output=True,

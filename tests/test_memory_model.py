@@ -14,7 +14,8 @@ from snapstream_core.engine import Engine, EngineItem
 from snapstream_core.engine.noise import pick_tokens
 from snapstream_core.memory import (
     GIB,
-    SAMPLING_BYTES_PER_ENTRY,
+    SAMPLING_TRACKED_BYTES_PER_ENTRY,
+    SORT_SCRATCH_BYTES_PER_ENTRY,
     Arch,
     budget_bytes,
     card_usable_bytes,
@@ -54,8 +55,9 @@ def test_job_peak_bounds_the_tracked_engine_peak_within_15_percent(model, method
     slots = engine.cache.slots  # what the engine allocated per row
     terms = job_terms(a, 0, R, slots=slots, max_new=G, T=T, prefill_slots=method.prefill_slots(T),
                       window=method.query_rows(T), chunk=4096, **method.row_memory(T, slots))
+    unseen = (R + 1) * a.vocab * SORT_SCRATCH_BYTES_PER_ENTRY  # top-p's sort scratch: inside one op, untracked
     estimate = sum(terms.values())
-    assert mem.peak <= estimate <= 1.15 * mem.peak, (mem.peak, terms)
+    assert mem.peak <= estimate - unseen <= 1.15 * mem.peak, (mem.peak, terms)
 
 
 def test_sampling_temporaries_per_vocabulary_entry_are_not_underestimated():
@@ -63,7 +65,7 @@ def test_sampling_temporaries_per_vocabulary_entry_are_not_underestimated():
     logits = torch.randn(R, V, generator=torch.Generator().manual_seed(0))
     with LiveBytes() as mem:
         pick_tokens(logits, SAMPLED, torch.arange(R), torch.zeros(R, dtype=torch.long))
-    assert mem.peak <= R * V * SAMPLING_BYTES_PER_ENTRY + 1024  # + the (R,) and (V,) index vectors
+    assert mem.peak <= R * V * SAMPLING_TRACKED_BYTES_PER_ENTRY + 1024  # + the (R,) and (V,) index vectors
 
 
 def test_an_80_gb_card_allocates_about_79_gib_and_the_budget_keeps_a_margin():

@@ -45,7 +45,8 @@ def test_a_run_writes_the_contract_files(tmp_path):
     assert "accuracy" in set(summary["metric"])
     meta = json.loads((out / "meta.json").read_text())
     assert meta["status"] == "complete" and meta["versions"]["transformers"] == "5.23.0"
-    assert meta["decode_compile"] == {"gen.compile": "auto", "compiled": False, "first_step_s": 0.0}  # CPU: eager
+    assert meta["decode_compile"] == {"gen.compile": "auto", "compiled": False, "first_step_s": 0.0,
+                                     "record_s": 0.0}  # CPU: eager
 
 
 def test_replay_of_a_runs_own_completions_reproduces_its_correct_column(tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from evals.plan import choose_rows
+from evals.plan import choose_rows, job_from_config, peak_bytes
 from evals.runner import _planned_rows
 from tests.runner_utils import compose_cfg
 
@@ -13,11 +13,12 @@ PAPER_JOB = ["model=r1_distill_llama_8b", "task=aime24", "compression=snapstream
              "gen.n_samples=64"]
 
 
-def test_on_cuda_auto_rows_are_the_planners_choice():
+def test_on_cuda_auto_rows_are_the_planners_choice_with_its_peak():
     cfg = compose_cfg(PAPER_JOB)
-    rows = _planned_rows(cfg, "cuda")
+    rows, planned = _planned_rows(cfg, "cuda")
     assert rows == choose_rows(cfg) and rows > 8  # a fixed 1k+ring footprint: many rows fit 80 GiB
-    assert _planned_rows(compose_cfg([*PAPER_JOB, "plan.memory_gib=40"]), "cuda:0") < rows
+    assert planned == peak_bytes(job_from_config(cfg), rows)  # what the engine's out-of-memory line quotes
+    assert _planned_rows(compose_cfg([*PAPER_JOB, "plan.memory_gib=40"]), "cuda:0")[0] < rows
 
 
 def test_on_cuda_a_job_that_cannot_fit_is_refused_before_loading():
@@ -33,7 +34,7 @@ def test_a_given_row_count_that_cannot_fit_names_gen_rows():
 
 
 def test_off_cuda_the_backend_keeps_its_default():
-    assert _planned_rows(compose_cfg(PAPER_JOB), "cpu") is None
+    assert _planned_rows(compose_cfg(PAPER_JOB), "cpu") == (None, None)
 
 
 NO_PLAN = ["model=llama31_8b_instruct", "task=needle", "~task.plan", "compression=none", "gen.n_samples=8"]
@@ -44,8 +45,8 @@ def test_on_cuda_a_task_without_a_plan_block_is_planned_from_its_measured_prompt
 
     cfg = compose_cfg(NO_PLAN)
     assert not cfg.task.get("plan")
-    short = _planned_rows(cfg, "cuda", lambda: ([900, 1000, 1100], 0))
-    long = _planned_rows(cfg, "cuda", lambda: ([900, 1000, 60_000], 0))
+    short = _planned_rows(cfg, "cuda", lambda: ([900, 1000, 1100], 0))[0]
+    long = _planned_rows(cfg, "cuda", lambda: ([900, 1000, 60_000], 0))[0]
     assert 1 <= long < short <= 3 * 8  # at most the samples; a longer measured prompt leaves fewer rows
     block = plan_block([900, 1000, 60_000])
     assert block["max_prompt_tokens"] == 60_000 and block["n_items"] == 3
@@ -54,4 +55,4 @@ def test_on_cuda_a_task_without_a_plan_block_is_planned_from_its_measured_prompt
 
 def test_a_protocol_max_new_tokens_above_gen_sizes_the_rows():
     cfg = compose_cfg(NO_PLAN)
-    assert _planned_rows(cfg, "cuda", lambda: ([1000], 100_000)) < _planned_rows(cfg, "cuda", lambda: ([1000], 0))
+    assert _planned_rows(cfg, "cuda", lambda: ([1000], 100_000))[0] < _planned_rows(cfg, "cuda", lambda: ([1000], 0))[0]

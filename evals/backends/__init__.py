@@ -50,17 +50,19 @@ def backend_class(name: str) -> type:
     return cls
 
 
-def make_backend(cfg: Any, method, sampling, rows: int | None = None) -> Backend:
+def make_backend(cfg: Any, method, sampling, rows: int | None = None, planned_bytes: int | None = None) -> Backend:
     """Build the backend named by ``cfg.backend.name``: a replaying backend from ``backend.path`` (and
     ``backend.partial``), a generating one from the model config, the method, the sampling settings,
-    ``gen.compile``, ``gen.rows`` (``rows``, when given: the planner's choice on CUDA) and ``gen.seed``."""
+    ``gen.compile``, ``gen.rows`` (``rows``, when given: the planner's choice on CUDA, with its peak
+    ``planned_bytes``, which an out-of-memory error quotes) and ``gen.seed``."""
     cls = backend_class(cfg.backend.name)
     if cls.replays:
         return cls(cfg.backend.path, partial=bool(cfg.backend.get("partial", False)))
     gen = cfg.gen
     rows = rows if rows is not None else gen.get("rows", "auto")
+    extra = {} if planned_bytes is None else {"planned_bytes": planned_bytes}
     return cls(cfg.model, method, sampling, compile=gen.get("compile", "auto"), rows=rows,
-               seed=int(gen.get("seed", 0)))
+               seed=int(gen.get("seed", 0)), **extra)
 
 
 __all__ = ["BACKENDS", "Backend", "Request", "Sample", "TRAITS", "backend_class", "backend_traits", "make_backend"]

@@ -86,12 +86,14 @@ class HFBackend:
         compile: bool | str = "auto",
         rows: int | str = "auto",
         seed: int = 0,
+        planned_bytes: int | None = None,
     ):
         self.model_cfg = model_cfg
         self.rows = check_rows(rows)
         self.seed = int(seed)
-        self.decode_counts = {"steps": 0, "row_steps": 0, "used_row_steps": 0, "rows": None, "prefills": 0,
-                              "kv_allocations": 0, "slots_read": 0, "slots_held": 0}
+        self.planned_bytes = planned_bytes
+        self.engine: Engine | None = None  # one per backend: every request of the run, follow-ups included
+        self.engines = 0
         self.method = method
         self.sampling = sampling
         resolve_compile(compile, "cpu")  # checks the value (gen.compile) before the weights load
@@ -124,15 +126,24 @@ class HFBackend:
 
     def meta(self) -> dict[str, Any]:
         """For ``meta.json``: ``decode_compile`` = the ``gen.compile`` value, whether decode ran compiled, the first
-        step's wall time (the compile time); ``decode_rows``: ``gen.rows``, the rows used, decode steps, row-steps,
-        the share of row-steps spent on rows that held no live sample, prefills run, K/V row allocations made (one
-        per engine run) and the share of the rows' slots the steps read."""
-        c = dict(self.decode_counts)
-        wasted = c["row_steps"] - c["used_row_steps"]
-        read, held = c.pop("slots_read"), c.pop("slots_held")
-        rows = {"gen.rows": self.rows, **c, "wasted_share": round(wasted / c["row_steps"], 4) if c["row_steps"] else 0,
-                "read_share": round(read / held, 4) if held else 0}
-        return {"decode_compile": {"gen.compile": self.compile, **self.compile_meta}, "decode_rows": rows}
+        step's wall time (the compile time) and the graph recording's; ``decode_rows``: ``gen.rows``, the rows used,
+        decode steps, row-steps, the share of row-steps spent on rows that held no live sample, prefills run, K/V
+        row allocations made, ``engines`` built and ``compiles`` (graphs compiled; 1 each for a whole run, follow-up
+        calls included, when the shapes hold) and the share of the rows' slots the steps read."""
+        e = None if self.engine is None else self.engine.stats
+        compile_meta = dict(self.compile_meta)
+        if e is not None:
+            compile_meta.update(compiled=e.compiled, first_step_s=round(e.first_step_s, 3),
+                                record_s=round(e.record_s, 3))
+        c = e.counts if e is not None else None
+        steps, row_steps, used = (c.steps, c.row_steps, c.used) if c is not None else (0, 0, 0)
+        rows = {"gen.rows": self.rows, "steps": steps, "row_steps": row_steps, "used_row_steps": used,
+                "rows": None if self.engine is None else self.engine.rows,
+                "prefills": e.prefills if e else 0, "kv_allocations": e.kv_allocations if e else 0,
+                "engines": self.engines, "compiles": e.compiles if e else 0,
+                "wasted_share": round((row_steps - used) / row_steps, 4) if row_steps else 0,
+                "read_share": round(e.read_share, 4) if e else 0}
+        return {"decode_compile": {"gen.compile": self.compile, **compile_meta}, "decode_rows": rows}
 
     def samples_for(self, item_id: str, n: int) -> list[int]:
         return list(range(n))
@@ -161,17 +172,17 @@ class HFBackend:
         """Generate every sample of ``requests`` (read lazily, in order); yields the samples that ended, as
         ``(request, sample)`` lists, as soon as they end.
 
-        Consecutive requests with the same generation settings share one :class:`~snapstream_core.engine.Engine`
-        run (its rows refill across items). Each sample draws from noise keyed on (``gen.seed``, item id, sample
-        index, step), so its tokens do not depend on batching, ``gen.rows`` or resume. ``positions=in_cache``
-        (keys re-rotated every step, which the fixed slot rows cannot do) goes to ``generate()``'s eager path,
-        with the global RNG seeded per item as before."""
-        for settings, group in itertools.groupby(requests, key=self._settings):
-            if self.method.positions == "in_cache":
-                for req in group:
-                    yield list(zip(itertools.repeat(req), self._generate_eager(req, settings)))
-            else:
-                yield from self._stream_engine(settings, group)
+        One :class:`~snapstream_core.engine.Engine` serves every call of the backend (its rows refill across
+        items, and each request brings its own settings), so a run compiles its decode step once, follow-up calls
+        included. Each sample draws from noise keyed on (``gen.seed``, item id, sample index, step), so its tokens
+        do not depend on batching, ``gen.rows`` or resume. ``positions=in_cache`` (keys re-rotated every step,
+        which the fixed slot rows cannot do) goes to ``generate()``'s eager path, with the global RNG seeded per
+        item as before."""
+        if self.method.positions == "in_cache":
+            for req in requests:
+                yield list(zip(itertools.repeat(req), self._generate_eager(req, self._settings(req))))
+            return
+        yield from self._stream_engine(requests)
 
     def _settings(self, req: Request) -> tuple:
         """(sampling, stop strings) of a request: the task's per-request settings over the run's ``gen.*``."""
@@ -180,26 +191,33 @@ class HFBackend:
         max_new = req.max_new_tokens or task_max or self.sampling.max_new_tokens
         return replace(self.sampling, max_new_tokens=max_new, **gen), tuple(req.prompt.stop)
 
-    def _stream_engine(self, settings: tuple, requests: Iterable[Request]) -> Iterator[list[tuple[Request, Sample]]]:
-        sampling, stop = settings
-        rows = self.rows if self.rows != "auto" else choose_rows(self.model, self.method, sampling)
-        engine = Engine(
-            self.model, self.method, sampling, eos=self.eos, rows=rows, seed=self.seed, stop_strings=stop,
-            tokenizer=self.tokenizer, compile=resolve_compile(self.compile, self.model.device),
-        )
+    def _engine(self) -> Engine:
+        """The backend's one engine, built at its first request."""
+        if self.engine is None:
+            rows = self.rows if self.rows != "auto" else choose_rows(self.model, self.method, self.sampling)
+            self.engine = Engine(
+                self.model, self.method, self.sampling, eos=self.eos, rows=rows, seed=self.seed,
+                tokenizer=self.tokenizer, compile=resolve_compile(self.compile, self.model.device),
+                planned_bytes=self.planned_bytes,
+            )
+            self.engines += 1
+        return self.engine
+
+    def _stream_engine(self, requests: Iterable[Request]) -> Iterator[list[tuple[Request, Sample]]]:
         items = []  # every prompt encoded before decoding: their lengths size the rows once for the whole run
         for req in requests:
+            sampling, stop = self._settings(req)
             ids = self.encode(req.prompt)
             self._check_positions(len(ids), sampling.max_new_tokens)
             key = item_key(str(getattr(req.item, "item_id", "")))
-            items.append(EngineItem(ids, key, tuple(req.sample_idx), sampling.max_new_tokens, tag=req))
-        try:
-            for ended in engine.run(items):
-                yield [(f.item.tag, self._sample(f, sampling, stop, engine)) for f in ended]
-        finally:
-            self._record_engine(engine)
+            items.append(EngineItem(ids, key, tuple(req.sample_idx), sampling.max_new_tokens, tag=req,
+                                    sampling=sampling, stop=stop))
+        engine = self._engine()
+        for ended in engine.run(items):
+            yield [(f.item.tag, self._sample(f, engine)) for f in ended]
 
-    def _sample(self, f: Finished, sampling: SamplingConfig, stop: tuple[str, ...], engine: Engine) -> Sample:
+    def _sample(self, f: Finished, engine: Engine) -> Sample:
+        stop = f.item.stop or ()
         return Sample(
             sample_idx=f.sample_idx,
             completion=cut_at_stop(decode_keeping_think_tags(self.tokenizer, f.tokens), stop),
@@ -208,23 +226,9 @@ class HFBackend:
             finish_reason=f.finish_reason,
             latency_s=f.prefill_s / max(len(f.item.sample_idx), 1) + f.decode_s,
             kv=dict(f.kv),
-            measured={"prefill_s": f.prefill_s, "decode_s": f.decode_s, "sampling_warpers": sampling.warper_names(),
-                      "decode_compiled": engine.stats.compiled},
+            measured={"prefill_s": f.prefill_s, "decode_s": f.decode_s,
+                      "sampling_warpers": f.item.sampling.warper_names(), "decode_compiled": engine.stats.compiled},
         )
-
-    def _record_engine(self, engine: Engine) -> None:
-        """Fold one engine run's figures into what :meth:`meta` reports."""
-        c = engine.stats.counts
-        m = self.compile_meta
-        m["compiled"] = engine.stats.compiled if "compiled" not in m else (m["compiled"] and engine.stats.compiled)
-        m.setdefault("first_step_s", round(engine.stats.first_step_s, 3))
-        steps = self.decode_counts
-        steps["steps"] += c.steps
-        steps["row_steps"] += c.row_steps
-        steps["used_row_steps"] += c.used
-        steps["rows"] = engine.rows
-        for name in ("prefills", "kv_allocations", "slots_read", "slots_held"):
-            steps[name] += getattr(engine.stats, name)
 
     def _generate_eager(self, req: Request, settings: tuple) -> list[Sample]:
         """``generate()`` for one request (``positions=in_cache``), the global RNG seeded by (seed, item)."""

@@ -1,16 +1,20 @@
 """The decode engine: each item prefilled once, its samples decoded in a fixed set of rows that retire and refill.
 
 ``Engine.run(items)`` reads the items (their prompt lengths size the rows once, before any prefill: one K/V
-allocation per run, ``CompressionMethod.slots`` of the longest prompt; a caller that plans ahead passes
-``max_prompt_tokens`` instead and a longer prompt is refused in one line). For each item it calls
-:func:`~snapstream_core.prefill.prefill_prompt` once (a compressed batch-1 cache and the last logits) and queues the
-item's samples; a free row copies the item's compressed prefix, draws its first token from the prefill logits, and
-decodes. Every ``check_every`` steps the host reads the rows' ``done`` flags (set on the device: EOS or
-``max_new_tokens``; stop strings are checked on the host then) and yields the samples that ended, whose rows take the
-next pending samples, of the same item or the next one.
+allocation, ``CompressionMethod.slots`` of the longest prompt, kept by the engine's later runs that fit it; a caller
+that plans ahead passes ``max_prompt_tokens`` instead and a longer prompt is refused in one line). Each item brings
+its own settings (temperature, top-k, top-p, ``max_new_tokens``, stop strings, seed), so one engine and one compiled
+step serve a whole run, follow-up calls included; the per-row arrays live in one object (:mod:`.batch`).
+
+For each item the engine calls :func:`~snapstream_core.prefill.prefill_prompt` once (a compressed batch-1 cache and
+the last logits) and queues the item's samples; a free row copies the item's compressed prefix, draws its first
+token from the prefill logits, and decodes. Every ``check_every`` steps the host reads the rows' ``done`` flags (set
+on the device: EOS or ``max_new_tokens``; stop strings are checked on the host then) and yields the samples that
+ended, whose rows take the next pending samples, of the same item or the next one.
 
 Sampling draws from counter-based noise keyed on (``seed``, item key, sample index, step) (:mod:`.noise`), so a
-sample's tokens do not depend on which rows, items or resumes surround it.
+sample's tokens do not depend on which rows, items or resumes surround it. Nothing between two host reads of the done
+flags reads the device back, whatever the settings.
 
 One decode step (:mod:`.step`) serves every device. Compiled, or on CUDA, it runs all rows at fixed shapes. Eager on
 CPU it runs the rows ``[0, hi)`` that cover the busy ones, at least ``MIN_CPU_ROWS`` of them (the engine holds at
@@ -28,7 +32,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,8 +41,9 @@ import torch
 
 from snapstream_core.cache import CompressedCache
 from snapstream_core.engine.attention import fill_blocks, flex_decode_attention, resolve_attention
+from snapstream_core.engine.batch import RowBatch
 from snapstream_core.engine.compact import Compactor, compactor_for
-from snapstream_core.engine.noise import pick_tokens, sample_key
+from snapstream_core.engine.noise import sample_key
 from snapstream_core.engine.rows import RowCache
 from snapstream_core.engine.scheduler import Job, Scheduler, StepCounts
 from snapstream_core.engine.step import DecodeKernels, EngineError, Step, is_oom, memory_line
@@ -53,13 +59,18 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class EngineItem:
     """One prompt and the samples wanted of it. ``key``: the item's noise key (``noise.item_key(item_id)``);
-    ``tag``: anything the caller wants back with each finished sample."""
+    ``tag``: anything the caller wants back with each finished sample. The request's own settings: ``sampling``
+    (temperature, top-k, top-p; None: the engine's), ``stop`` strings (None: the engine's) and ``seed`` (None: the
+    engine's); ``max_new_tokens`` is its own."""
 
     ids: Sequence[int]
     key: int
     sample_idx: tuple[int, ...]
     max_new_tokens: int
     tag: Any = None
+    sampling: SamplingConfig | None = None
+    stop: tuple[str, ...] | None = None
+    seed: int | None = None
 
 
 @dataclass
@@ -81,18 +92,24 @@ MIN_CPU_ROWS = 4  # CPU forwards of at least this many rows give every row the s
 
 @dataclass
 class EngineStats:
-    """What ``meta.json`` records of a run's decoding: step counts, whether the step ran compiled and its first
-    call's wall time (the compile time; 0 when eager), prefills run and K/V row allocations made (one per run),
-    and the share of the rows' slots the steps read (``slots_read / slots_held``; with FlexAttention's per-row bound,
-    summed on the device from each row's read blocks and added at the host reads)."""
+    """What ``meta.json`` records of the engine's decoding, over all its runs: step counts, whether the step ran
+    compiled, its first call's wall time (the compile time; 0 when eager) and the graph recording's (the next two
+    calls under CUDA graphs), the graphs compiled (``compiles``: 1 for a whole run when the shapes hold), prefills
+    run, K/V row allocations made (one per engine while the rows fit), the share of the rows' slots the steps read
+    (``slots_read / slots_held``; with FlexAttention's per-row bound, summed on the device from each row's read
+    blocks and added at the host reads), and ``blocks``: (steps, seconds) of each run of decode steps between two
+    host reads, the read included (the first ones hold the compile and the recording)."""
 
     counts: StepCounts = field(default_factory=StepCounts)
     compiled: bool = False
     first_step_s: float = 0.0
+    record_s: float = 0.0
+    compiles: int = 0
     prefills: int = 0
     kv_allocations: int = 0
     slots_read: int = 0
     slots_held: int = 0
+    blocks: list[tuple[int, float]] = field(default_factory=list)
 
     @property
     def read_share(self) -> float:
@@ -100,16 +117,20 @@ class EngineStats:
 
 
 class Engine:
-    """Decode many items' samples in ``rows`` fixed rows (see the module docstring).
+    """Decode many items' samples in ``rows`` fixed rows (see the module docstring); one engine serves every run
+    of a process whose rows fit the first run's (each request brings its own settings).
 
     Args:
-        eos: token ids that end a sample; ``stop_strings`` (needs ``tokenizer``) end it too, checked on the host.
-        seed: ``gen.seed``; ``check_every``: decode steps between host reads of the done flags (default 1 on CPU,
-        else 16); ``attention``: ``auto`` (FlexAttention for a compiled step on CUDA, else SDPA), ``flex`` or
-        ``sdpa``; ``kernels``: device pieces plugged into the step (:class:`~.step.DecodeKernels`);
+        sampling: the settings of a request that brings none (its ``max_new_tokens`` sizes the rows of a run with
+        no items); eos: token ids that end a sample; ``stop_strings`` (needs ``tokenizer``) end it too, checked on
+        the host; seed: ``gen.seed``; ``check_every``: decode steps between host reads of the done flags (default 1
+        on CPU, else 16); ``attention``: ``auto`` (FlexAttention for a compiled step on CUDA, else SDPA), ``flex``
+        or ``sdpa``; ``kernels``: device pieces plugged into the step (:class:`~.step.DecodeKernels`);
         ``read_block``: the eager step's read bound of the appending methods is rounded up to this many slots (None:
         no bound; default ``READ_BLOCK`` eager, None compiled: one graph shape, where FlexAttention bounds each
-        row's reads instead); ``planned_bytes``: the planner's peak, quoted by an out-of-memory error.
+        row's reads instead); ``planned_bytes``: the planner's peak, quoted by an out-of-memory error;
+        ``step_context``: a context manager factory entered around each run of decode steps between host reads
+        (a measurement's hook: ``bench.gpu_check`` counts host reads there).
     """
 
     def __init__(
@@ -130,12 +151,13 @@ class Engine:
         kernels: DecodeKernels | None = None,
         read_block: int | None | str = "auto",
         planned_bytes: int | None = None,
+        step_context: Callable[[], AbstractContextManager] | None = None,
     ):
         if method.positions == "in_cache":
             raise ValueError("gen.rows: the engine does not support compression.positions=in_cache")
         if rows < 1:
             raise ValueError(f"gen.rows: must be >= 1, got {rows}")
-        self.stop_strings = [s for s in stop_strings if s]
+        self.stop_strings = tuple(s for s in stop_strings if s)
         if self.stop_strings and tokenizer is None:
             raise ValueError("Engine: stop_strings needs the tokenizer")
         self.model, self.method, self.sampling = model, method, sampling
@@ -147,7 +169,7 @@ class Engine:
         self.held_rows = max(rows, MIN_CPU_ROWS) if self.cpu else rows  # rows of K/V the engine allocates
         self.check_every = check_every or (1 if self.cpu else 16)
         self.read_block = (None if compile else READ_BLOCK) if read_block == "auto" else read_block
-        self.kernels, self.planned_bytes = kernels, planned_bytes
+        self.kernels, self.planned_bytes, self.step_context = kernels, planned_bytes, step_context
         self.stats = EngineStats()
         kernel = resolve_attention(attention, self.device.type, compile)
         self.step_fn = Step(compile, self.device.type, compile_backend, kernel, kernels)
@@ -155,29 +177,26 @@ class Engine:
         self.stats.compiled = compile
         self.compile_backend = compile_backend
         self.cache: RowCache | None = None
+        self.batch: RowBatch | None = None
         self.compactor: Compactor | None = None
 
     # ------------------------------------------------------------------ per-row state
     def _alloc(self, prefix: CompressedCache, slots: int, width: int) -> None:
-        """The rows' K/V buffers and counters: allocated once per run, at the first prefix (its head count, dtype
-        and device), with the run's ``slots`` and token ``width``."""
-        R, dev = self.held_rows, self.device
+        """The rows' K/V buffers and per-row arrays: allocated at the first prefix (its head count, dtype and
+        device), with the run's ``slots`` and token ``width``; kept by later runs that fit them."""
+        if self.batch is not None and self.batch.fits(slots, width):
+            return
+        self.cache = self.batch = None
         try:
-            self.cache = RowCache.empty(R, slots, prefix, None if self.kernels is None else self.kernels.zeros)
+            self.cache = RowCache.empty(self.held_rows, slots, prefix,
+                                        None if self.kernels is None else self.kernels.zeros)
         except Exception as exc:
             if is_oom(exc):
                 raise self._oom("allocating the decode rows", exc) from exc
             raise
         self.stats.kv_allocations += 1
         self.compactor = compactor_for(self.method, self.cache, self.model, self.stats.compiled, self.compile_backend)
-        z = torch.zeros(R, dtype=torch.long, device=dev)
-        self.base, self.offset, self.period = z.clone(), z.clone(), torch.ones_like(z)
-        self.pos0, self.step, self.keys, self.max_new = z.clone(), z.clone(), z.clone(), z.clone()
-        self.tok = z.clone()
-        self.fill = z.clone()  # highest written slot + 1 (all slots for a ring): the per-row read bound
-        self.reads = torch.zeros((), dtype=torch.long, device=dev)  # slot reads of the bounded steps, not yet added
-        self.done = torch.ones(R, dtype=torch.bool, device=dev)
-        self.out = torch.zeros(R, width + 1, dtype=torch.long, device=dev)  # last column: writes of done rows
+        self.batch = RowBatch(self.held_rows, slots, width, self.eos_t, self.sampling)
 
     def _oom(self, stage: str, exc: BaseException) -> EngineError:
         held = 0 if self.cache is None else self.cache.nbytes_per_row() * self.cache.rows
@@ -185,21 +204,16 @@ class Engine:
                            "lower gen.rows or plan.memory_gib")
 
     def _start(self, row: int, job: Job, item: EngineItem, prefix: CompressedCache, logits: torch.Tensor) -> None:
-        """Put sample ``job`` in ``row``: copy the prefix, draw the first token (noise step 0)."""
-        base, offset, period, held = self.cache.load(row, prefix)
+        """Put sample ``job`` in ``row``: copy the prefix, add the request to the row's arrays (its first token)."""
+        seed = self.seed if item.seed is None else item.seed
+        schedule = self.cache.load(row, prefix)
         if self.compactor is not None:
             self.compactor.start(row, len(item.ids), prefix)
-        key = sample_key(self.seed, item.key, job.sample_idx)
-        for t, v in ((self.base, base), (self.offset, offset), (self.period, period), (self.pos0, len(item.ids)),
-                     (self.step, 0), (self.keys, key), (self.max_new, job.max_new_tokens)):
-            t[row] = v
-        self.fill[row] = self.cache.slots if period < self.cache.slots else held
-        first = pick_tokens(logits, self.sampling, self.keys[row : row + 1], self.step[row : row + 1])
-        self.tok[row] = first[0]
-        self.out[row, 0] = first[0]
-        self.done[row] = torch.isin(first, self.eos_t)[0] | (job.max_new_tokens <= 1)
-        self._host_fill[row] = (held, 0, period < self.cache.slots)  # slots filled, steps run, a ring
-        self._row_start[row] = time.perf_counter()
+        self.batch.add(row, schedule, len(item.ids), sample_key(seed, item.key, job.sample_idx), job.max_new_tokens,
+                       item.sampling or self.sampling, self._stop(item), logits)
+
+    def _stop(self, item: EngineItem) -> tuple[str, ...]:
+        return self.stop_strings if item.stop is None else tuple(s for s in item.stop if s)
 
     # ------------------------------------------------------------------ one step
     def _read_slots(self, busy: list[int]) -> int:
@@ -207,31 +221,22 @@ class Engine:
         rows after this step's write, rounded up to ``read_block`` (host counters: no synchronisation). Rows that
         hold no sample write at the bound's last slot of their own row."""
         S = self.cache.slots
-        if self.read_block is None:
-            return S
-        need = 1
-        for r in busy:
-            held, steps, ring = self._host_fill[r]
-            if ring:
-                return S
-            need = max(need, held + steps + 1)
-        return min(S, -(-need // self.read_block) * self.read_block)
+        need = None if self.read_block is None else self.batch.need_slots(busy)
+        return S if need is None else min(S, -(-need // self.read_block) * self.read_block)
 
     def _decode(self, busy: list[int]) -> None:
         """One decode step of the rows (on CPU: of rows ``[0, hi)``, ``hi >= MIN_CPU_ROWS``, covering ``busy``)."""
-        R, S = self.held_rows, self.cache.slots
+        R, S, b = self.held_rows, self.cache.slots, self.batch
         hi = R  # compiled or CUDA: every row, one shape
         if self.cpu and not self.stats.compiled:
             hi = min(R, max(MIN_CPU_ROWS, max(busy, default=0) + 1))
         n = self._read_slots(busy)
-        slots = (self.base + (self.offset + self.step) % self.period).clamp(max=n - 1)
-        self.fill = torch.maximum(self.fill, slots + 1)
-        filled = self.fill[:hi] if self.bounded else None
-        positions = (self.pos0 + self.step)[:, None]
-        cache = self.cache.view(hi, n)
+        slots = b.slots_now(n)
+        filled = b.fill[:hi] if self.bounded else None
         start = time.perf_counter()
         try:
-            logits = self.step_fn(self.model, cache, self.tok[:hi, None], positions[:hi], slots[:hi], filled)
+            logits = self.step_fn(self.model, self.cache.view(hi, n), b.tok[:hi, None], b.positions()[:hi],
+                                  slots[:hi], filled)
         except Exception as exc:
             if is_oom(exc):
                 raise self._oom(self.step_fn.stage(), exc) from exc
@@ -240,47 +245,41 @@ class Engine:
         if filled is None:
             self.stats.slots_read += hi * n
         else:  # blocks each row reads, the last one cut at n (added to the stats at the next host read)
-            self.reads += (fill_blocks(filled, n).long() * READ_BLOCK).clamp(max=n).sum()
+            b.reads += (fill_blocks(filled, n).long() * READ_BLOCK).clamp(max=n).sum()
         self.stats.slots_held += hi * S
-        if self._sched.counts.steps == 1 and self.stats.compiled:  # the compile time
+        if self.stats.compiled and self.step_fn.calls <= 3:  # the compile, then the graph recording
             if self.device.type == "cuda":
                 torch.cuda.synchronize()
-            self.stats.first_step_s = time.perf_counter() - start
-        for r in busy:
-            held, steps, ring = self._host_fill[r]
-            self._host_fill[r] = (held, steps + 1, ring)
-        self.step += 1
+            if self.step_fn.calls == 1:
+                self.stats.first_step_s = time.perf_counter() - start
+            else:
+                self.stats.record_s += time.perf_counter() - start
+        self.stats.compiles = self.step_fn.compiles
+        b.stepped(busy)
         if self.compactor is not None:
             self._compact(busy)
-        new = pick_tokens(logits, self.sampling, self.keys[:hi], self.step[:hi])
-        if hi < R:  # rows [hi, R) hold no sample: their token is never read
-            new = torch.cat([new, self.tok[hi:]])
-        width = self.out.shape[1] - 1
-        where = torch.where(self.done, width, self.step.clamp(max=width))
-        self.out.scatter_(1, where[:, None], new[:, None])
-        self.tok = new
-        self.done |= torch.isin(new, self.eos_t) | (self.step + 1 >= self.max_new)
+        b.draw(logits, hi)
 
     def _compact(self, busy: list[int]) -> None:
         """Compact the rows this step made due (:class:`~.compact.Compactor`); each then writes its next token at
         slot ``held`` and the ``interval - 1`` after it, until its next compaction."""
         try:
-            compacted = self.compactor.after_step(busy, self.pos0 + self.step - 1)
+            compacted = self.compactor.after_step(busy, self.batch.pos0 + self.batch.step - 1)
         except Exception as exc:
             if is_oom(exc):
                 raise self._oom(self.compactor.stage(), exc) from exc
             raise
+        b = self.batch
         for row, held in compacted.items():
-            steps = self._host_fill[row][1]
-            self.base[row], self.offset[row] = held, -steps % self.method.interval
-            self.period[row] = self.method.interval
+            b.base[row], b.offset[row] = held, -b.host[row].steps % self.method.interval
+            b.period[row] = self.method.interval
 
     # ------------------------------------------------------------------ host side
-    def _stop_hit(self, seq: list[int]) -> bool:
+    def _stop_hit(self, seq: list[int], stop: tuple[str, ...]) -> bool:
         """Whether the tail of ``seq`` holds a stop string (a trigger: the exact cut is found at retirement)."""
         tail = seq[-(self.check_every + 64) :]
         text = self.tokenizer.decode(tail, skip_special_tokens=True)
-        return any(s in text for s in self.stop_strings)
+        return any(s in text for s in stop)
 
     def _harvest(self, sched: Scheduler, items: list[EngineItem], prefill_s: dict[int, float],
                  kv: dict[int, dict[str, int]]) -> list[Finished]:
@@ -288,38 +287,39 @@ class Engine:
         busy = sched.busy_rows()
         if not busy:
             return []
-        done = self.done.tolist()
-        steps = self.step.tolist()
+        b = self.batch
+        done = b.done.tolist()
+        steps = b.step.tolist()
         self._fold_reads()
-        read = busy if self.stop_strings else [r for r in busy if done[r]]  # rows whose tokens the host needs
-        seqs = dict(zip(read, self.out[read].tolist())) if read else {}
+        read = [r for r in busy if done[r] or b.host[r].stop]  # rows whose tokens the host needs
+        seqs = dict(zip(read, b.out[read].tolist())) if read else {}
         finished = []
         for row in read:
-            job = sched.running[row]
+            job, stop = sched.running[row], b.host[row].stop
             seq = seqs[row][: min(steps[row] + 1, job.max_new_tokens)]
-            if not done[row] and not self._stop_hit(seq):
+            if not done[row] and not self._stop_hit(seq, stop):
                 continue
             cut, reason = cut_at_eos(seq, set(self.eos), job.max_new_tokens)
-            at = stop_cut(cut, self.stop_strings, self.tokenizer) if self.stop_strings else None
+            at = stop_cut(cut, stop, self.tokenizer) if stop else None
             if at is not None:
                 cut, reason = cut[:at], "stop"
             elif not done[row]:
                 continue  # the tail trigger saw a stop string the exact search does not: decode on
-            self.done[row] = True
+            b.remove(row)
             sched.retire(row, kept_steps=len(cut) - 1)
             item = items[job.item]
             finished.append(Finished(
                 item=item, sample_idx=job.sample_idx, tokens=cut, finish_reason=reason,
                 kv=self._kv_figures(kv[job.item], item, job, len(cut)),
-                prefill_s=prefill_s[job.item], decode_s=time.perf_counter() - self._row_start[row],
+                prefill_s=prefill_s[job.item], decode_s=time.perf_counter() - b.host[row].started,
             ))
         return finished
 
     def _fold_reads(self) -> None:
         """Add the device-side slot reads of the bounded steps to the stats (at a host read: no extra wait)."""
-        if self.bounded and self.cache is not None:
-            self.stats.slots_read += int(self.reads)
-            self.reads.zero_()
+        if self.bounded and self.batch is not None:
+            self.stats.slots_read += int(self.batch.reads)
+            self.batch.reads.zero_()
 
     def _kv_figures(self, prefix_kv: dict[str, int], item: EngineItem, job: Job, n_tokens: int) -> dict[str, int]:
         """The prefix cache's figures, with the sample's own decode row (the method's slots for its prompt, as
@@ -369,8 +369,7 @@ class Engine:
         prefixes: dict[int, tuple[CompressedCache, torch.Tensor]] = {}
         prefill_s: dict[int, float] = {}
         kv: dict[int, dict[str, int]] = {}
-        self._host_fill: list[tuple[int, int, bool]] = [(0, 0, False)] * self.held_rows
-        self._row_start = [0.0] * self.held_rows
+        sized = False  # the rows fit this run (allocated at its first prefix, or kept from an earlier run)
 
         def pull() -> bool:
             item = next(source, None)
@@ -382,6 +381,8 @@ class Engine:
             if item.max_new_tokens > width:
                 raise EngineError(f"engine: max_new_tokens={item.max_new_tokens} is more than the {width} the "
                                   "rows were planned for")
+            if self._stop(item) and self.tokenizer is None:
+                raise EngineError("engine: a request with stop strings needs the engine's tokenizer")
             seen.append(item)
             sched.add(Job(len(seen) - 1, s, item.max_new_tokens) for s in item.sample_idx)
             return True
@@ -397,8 +398,9 @@ class Engine:
                         prefixes[job.item] = self._prefill(seen[job.item])
                         prefill_s[job.item] = time.perf_counter() - start
                         kv[job.item] = prefixes[job.item][0].stats.as_row()
-                        if self.cache is None:
+                        if not sized:
                             self._alloc(prefixes[job.item][0], slots, width)
+                            sized = True
                     prefix, logits = prefixes[job.item]
                     self._start(row, job, seen[job.item], prefix, logits)
                     started = True
@@ -412,8 +414,11 @@ class Engine:
                 if ended:
                     yield ended
                     continue
-            for _ in range(self.check_every):
-                self._decode(sched.busy_rows())
+            start = time.perf_counter()
+            with self.step_context() if self.step_context is not None else nullcontext():
+                for _ in range(self.check_every):
+                    self._decode(sched.busy_rows())
             ended = self._harvest(sched, seen, prefill_s, kv)
+            self.stats.blocks.append((self.check_every, time.perf_counter() - start))
             if ended:
                 yield ended

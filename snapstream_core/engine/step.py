@@ -124,13 +124,16 @@ class Step:
     """The decode step, compiled when asked (the one compile wrapper of the core).
 
     Calls to a compiled step are numbered: the first traces and compiles (stage ``compile``), the next two record
-    the CUDA graph under ``reduce-overhead`` (stage ``capture``), later ones replay it (stage ``replay``)."""
+    the CUDA graph under ``reduce-overhead`` (stage ``capture``), later ones replay it (stage ``replay``).
+    ``compiles`` counts the graphs Dynamo built during this step's calls (1 for a run whose shapes hold; a
+    recompile, e.g. on a new shape, adds one)."""
 
     def __init__(self, compiled: bool, device_type: str, backend: str = "inductor", attention: Callable | None = None,
                  kernels: DecodeKernels | None = None):
         self.compiled = compiled
         self.attention = attention
         self.calls = 0
+        self.compiles = 0
         if kernels is not None and kernels.attention is not None:
             self.attention = kernels.attention
         fn: Callable = decode_step
@@ -141,7 +144,9 @@ class Step:
                     kernels.prepare()  # before tracing: the trace decides which attention the graph calls
                 if kernels.compile_backend is not None and backend == "inductor":
                     backend, mode = kernels.compile_backend, None
-            compiled_fn = torch.compile(decode_step, backend=backend, mode=mode, fullgraph=True)
+            # dynamic=False: rows of another shape (a later run that does not fit) compile a graph of their own
+            # shapes instead of turning on dynamic shapes, which would lose the fused flex-decoding kernel
+            compiled_fn = torch.compile(decode_step, backend=backend, mode=mode, fullgraph=True, dynamic=False)
             # Guards on the model's modules checked by their dict tags, recursively (a Dynamo setting, off by
             # default, that falls back to the full check when a module's attributes change): fewer guard checks per
             # step on a model with thousands of them.
@@ -156,6 +161,7 @@ class Step:
 
     def __call__(self, model, cache, tokens, positions, slots, filled=None) -> torch.Tensor:
         self.calls += 1
+        graphs = _graphs()
         try:
             return self.fn(model, cache, tokens, positions, slots, self.attention, filled)
         except Exception as exc:
@@ -163,3 +169,13 @@ class Step:
                 raise
             raise EngineError(f"gen.compile: {self.stage()} failed ({one_line(exc)}); "
                               "run with gen.compile=false to decode eager") from exc
+        finally:
+            if self.compiled:
+                self.compiles += _graphs() - graphs
+
+
+def _graphs() -> int:
+    """Graphs Dynamo has compiled in this process (its ``unique_graphs`` counter)."""
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"]

@@ -26,10 +26,11 @@ import logging
 import math
 from typing import Any
 
-import pandas as pd
-
 from tasks import terms
+from tasks.lazy import LazyModule
 from tasks.metrics import ks_up_to, majority, pass_at_k
+
+pd = LazyModule("pandas")  # imported at first use: the planner imports task modules, not pandas
 
 log = logging.getLogger(__name__)
 

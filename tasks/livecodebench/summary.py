@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import pandas as pd
-
 from tasks import terms
+from tasks.lazy import LazyModule
 from tasks.livecodebench.grader import OUTCOMES
 from tasks.livecodebench.problem import DIFFICULTIES
 from tasks.metrics import pass_at_k
+
+pd = LazyModule("pandas")  # imported at first use: the planner imports task modules, not pandas
 
 DEFAULT_KS = (1, 2, 4, 5, 8, 10, 16, 32, 64)
 BREAKDOWNS = ("difficulty", "platform")

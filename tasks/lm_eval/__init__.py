@@ -21,11 +21,12 @@ from dataclasses import dataclass
 from numbers import Number
 from typing import Any
 
-import pandas as pd
-
 from tasks.base import Prompt
+from tasks.lazy import LazyModule
 from tasks.lm_eval import harness
 from tasks.source import check_limit
+
+pd = LazyModule("pandas")  # imported at first use: the planner imports task modules, not pandas
 
 log = logging.getLogger(__name__)
 

@@ -16,10 +16,11 @@ sample is left out). Unrounded (``result.py`` rounds to one decimal when printin
 
 from __future__ import annotations
 
-import pandas as pd
-
 from tasks import terms
+from tasks.lazy import LazyModule
 from tasks.longbench_v2.data import DIFFICULTIES, LENGTHS
+
+pd = LazyModule("pandas")  # imported at first use: the planner imports task modules, not pandas
 
 COLUMNS = ["metric", "group", "value", "n"]
 METRICS = ("accuracy", "compensated", "answered")
