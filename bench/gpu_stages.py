@@ -420,7 +420,10 @@ def compaction(ctx: Ctx) -> None:
     finish_decode(ctx, engine, rows, engine.cache.slots)
     greedy = ss.SamplingConfig(max_new_tokens=steps + 1)
     for name in [n for n in ("rkv", "triattention") if n in METHODS]:
-        method = ss.compression_from_config({**ctx.shape.compression, "method": name})
+        knobs = {**ctx.shape.compression, "method": name}
+        if name == "triattention":  # its query statistics, calibrated on the stage's own model and prompt
+            knobs["calibration"] = str(calibrate_here(ctx.model, item.ids))
+        method = ss.compression_from_config(knobs)
         got = {}
         for compiled in (True, False):
             eng = Engine(ctx.model, method, greedy, eos=[], rows=rows, compile=compiled and not ctx.args.no_compile,
@@ -428,6 +431,23 @@ def compaction(ctx: Ctx) -> None:
             runs = [f.tokens for b in eng.run([EngineItem(item.ids, 0, tuple(range(rows)), steps + 1)]) for f in b]
             got[compiled] = runs
         rec[f"{name}_tokens_equal_eager"] = got[True] == got[False]
+
+
+def calibrate_here(model, ids) -> Path:
+    """A TriAttention calibration file of ``model`` from the prompt ``ids`` (``snapstream_core.calibration``, as
+    ``python -m evals.calibrate`` writes one), in a temporary folder that lives as long as the stage's process."""
+    import tempfile
+
+    import torch
+
+    from snapstream_core.calibration import query_statistics, save_stats
+
+    device = next(model.parameters()).device
+    q_mean, q_abs_mean = query_statistics(model, torch.tensor([list(ids)], device=device))
+    rope = model.config.rope_parameters
+    folder = Path(tempfile.mkdtemp(prefix="gpu_check_calibration_"))
+    return save_stats(folder / "stage.safetensors", q_mean, q_abs_mean, n_kv_heads=model.config.num_key_value_heads,
+                      rope_theta=float(rope["rope_theta"]), rope_type=str(rope.get("rope_type", "default")))
 
 
 # ---------------------------------------------------------------------------------------------------- the process

@@ -47,7 +47,14 @@ def test_prepare_fills_only_what_the_user_left_unset(monkeypatch):
     for var in (*THREAD_VARS, *PASSIVE):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
-    chosen = prepare(threads=3)
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        chosen = prepare(threads=3)
+        assert torch.get_num_threads() == 3  # torch already loaded: its intra-op pool is resized
+    finally:
+        torch.set_num_threads(before)  # the worker's own share, for the tests after this one
     assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE" and "OMP_WAIT_POLICY" not in chosen
     assert {k: os.environ[k] for k in chosen} == {k: v for k, v in thread_env(3).items() if k != "OMP_WAIT_POLICY"}
     assert os.environ["KMP_BLOCKTIME"] == "0" and os.environ["OMP_NUM_THREADS"] == "3"

@@ -156,7 +156,8 @@ def test_bad_input_is_one_clear_error_before_any_model_loads(tmp_path, args, mes
 @pytest.mark.parametrize(
     "args,message",
     [
-        (["compression=snapkvv"], "compression=snapkvv: unknown option; available: none, rkv, snapkv"),
+        (["compression=snapkvv"],
+         "compression=snapkvv: unknown option; available: expected_attention, keydiff, knorm, none, rkv, snapkv, "),
         (["compression.prompt_budgt=8"], "compression.prompt_budgt: no such key"),
         (["hydra/launcher=nope"], "nope"),
         (["compression=snapkv", "compression.prompt_budget=8"], "compression.prompt_budget: must exceed"),
