@@ -248,6 +248,21 @@ def check_positive(name: str, value: int, minimum: int = 1) -> None:
         raise ValueError(f"compression.{name}: must be an integer >= {minimum}, got {value!r}")
 
 
+def resolve_prompt_budget(method: CompressionMethod, default: int) -> None:
+    """Check a method's exclusive ``ratio`` / ``prompt_budget`` knobs (kvpress's ``compression_ratio``: the share of
+    each prompt dropped) and fill ``prompt_budget`` with ``default`` when neither is given (frozen dataclass)."""
+    ratio, budget = method.ratio, method.prompt_budget
+    if ratio is not None:
+        if budget is not None:
+            raise ValueError(f"compression.ratio: give compression.ratio ({ratio}) or compression.prompt_budget "
+                             f"({budget}), not both")
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 <= ratio < 1:
+            raise ValueError(f"compression.ratio: must be a number in [0, 1) (the share of each prompt dropped), "
+                             f"got {ratio!r}")
+    elif budget is None:
+        object.__setattr__(method, "prompt_budget", default)
+
+
 def sink_and_tail_scores(key_valid: torch.Tensor, sinks: int, tail: int) -> torch.Tensor:
     """Priorities (B, T) that keep the first ``sinks`` valid tokens of each row (2.0), then its last ``tail``
     tokens (1.0); everything else and padding are ``-inf``. Rows are left-padded, so the tail is the suffix."""

@@ -15,7 +15,14 @@ from typing import TYPE_CHECKING, ClassVar
 if TYPE_CHECKING:
     import torch
 
-from snapstream_core.methods.base import TAG, CompressionMethod, PrefillView, Selection, check_positive
+from snapstream_core.methods.base import (
+    TAG,
+    CompressionMethod,
+    PrefillView,
+    Selection,
+    check_positive,
+    resolve_prompt_budget,
+)
 
 
 @dataclass(frozen=True)
@@ -40,19 +47,7 @@ class PromptScorer(CompressionMethod):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.ratio is not None:
-            if self.prompt_budget is not None:
-                raise ValueError(
-                    f"compression.ratio: give compression.ratio ({self.ratio}) or compression.prompt_budget "
-                    f"({self.prompt_budget}), not both"
-                )
-            if isinstance(self.ratio, bool) or not isinstance(self.ratio, (int, float)) or not 0 <= self.ratio < 1:
-                raise ValueError(
-                    f"compression.ratio: must be a number in [0, 1) (the share of each prompt dropped), "
-                    f"got {self.ratio!r}"
-                )
-        elif self.prompt_budget is None:
-            object.__setattr__(self, "prompt_budget", self.DEFAULT_PROMPT_BUDGET)
+        resolve_prompt_budget(self, self.DEFAULT_PROMPT_BUDGET)
         check_positive("sinks", self.sinks, minimum=0)
         if self.prompt_budget is not None:
             check_positive("prompt_budget", self.prompt_budget, minimum=self.least_kept())
