@@ -13,8 +13,8 @@ import pytest
 from evals.report import main
 from evals.runner import run
 from tests.runner_utils import compose_cfg
-from tests.test_hostile_files2 import replay_args
 from tests.test_report import RUNS, _write
+from tests.test_rundir_files import replay_args
 
 
 class _Hung(Exception):

@@ -14,7 +14,7 @@ from evals.runner import check
 from tasks.livecodebench.grader import GradeSettings
 from tasks.livecodebench.problem import parse_problem
 from tests.runner_utils import TINY, compose_cfg
-from tests.test_hostile_files import bundled_rows
+from tests.test_task_files_refused import bundled_rows
 
 NEEDLE = [*TINY, "task=needle", "task.context_tokens=128", "task.n_items=2", "gen.max_new_tokens=4"]
 REPLAY = [*TINY, "task=aime24", "backend=replay"]
