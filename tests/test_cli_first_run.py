@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from evals.logonce import OnceFilter
-from evals.stats import wilson
 from tests.runner_utils import ROOT, TINY, compose_cfg
 
 # Runs the entry point in-process, then reports whether torch / transformers were imported.
@@ -126,12 +125,3 @@ def test_each_warning_is_logged_once_per_process():
     assert once.filter(record("deprecated")) and not once.filter(record("deprecated"))
     assert once.filter(record("another")) and once.filter(record("info", logging.INFO))
     assert once.filter(record("info", logging.INFO))  # INFO is never deduplicated
-
-
-def test_wilson_is_right_at_zero_and_at_n():
-    lo, hi = wilson(0, 3)
-    assert lo == 0.0 and 0.5 < hi < 0.6  # 0 of 3 is not "exactly 0": up to 56 % is consistent with it
-    lo, hi = wilson(3, 3)
-    assert hi == 1.0 and 0.4 < lo < 0.5
-    lo, hi = wilson(5, 10)
-    assert lo == pytest.approx(1 - hi) and lo == pytest.approx(0.2366, abs=1e-4)

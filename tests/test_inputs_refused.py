@@ -1,22 +1,25 @@
-"""Hostile inputs, round 2 (issue 30, I1-I8): strict booleans and integers, unknown appended keys, bad item
-fields, invalid Unicode in replayed completions, symlinks and refused runs in a run directory, names that become
-paths or markdown, and one-line errors (never a traceback) for disk and permission failures."""
+
+"""Configuration values are used or refused: a wrong boolean, integer or number, an unknown key, a conflicting or
+missing input, a device or attention the machine lacks and a grading knob that cannot hold are each one line naming
+the key, raised before any weights load; a ``max_new_tokens`` past the model's positions is a warning."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import logging
 
 import pytest
+import torch
 from omegaconf import OmegaConf
 
-from evals.cli import precheck
 from evals.runner import check
+from snapstream_core.generate import SamplingConfig
+from tasks import get_task
 from tasks.livecodebench.grader import GradeSettings
-from tasks.livecodebench.problem import parse_problem
 from tests.runner_utils import TINY, compose_cfg
-from tests.test_task_files_refused import bundled_rows
+from tests.small_runs import NEEDLE
 
-NEEDLE = [*TINY, "task=needle", "task.context_tokens=128", "task.n_items=2", "gen.max_new_tokens=4"]
 REPLAY = [*TINY, "task=aime24", "backend=replay"]
 
 
@@ -60,10 +63,59 @@ def test_bad_generation_knobs_are_one_line(override, match):
     refused([*NEEDLE, override], match)
 
 
+@pytest.mark.parametrize("knob", ["temperature", "top_p"])
+def test_nan_and_inf_generation_knobs_are_refused(knob):
+    for value in (float("nan"), float("inf")):
+        with pytest.raises(ValueError, match=f"gen.{knob}: must be finite"):
+            SamplingConfig(**{knob: value})
+
+
 def test_documented_extension_points_stay_open():
     """``+task.<key>``, ``+model.<key>`` and the keys of an experiment are not refused by the key check."""
     check(compose_cfg([*NEEDLE, "+task.note=mine", "+model.note=mine"]))
     check(compose_cfg([*NEEDLE, "+experiment=smoke"]))
+
+
+def test_a_given_task_path_is_not_silently_ignored(tmp_path):
+    data = tmp_path / "my.jsonl"
+    data.write_text(json.dumps({"id": "x", "problem": "1+1?", "answer": "2"}) + "\n")
+    # given alone, the path is the source (task.source=auto); an explicit conflicting source is refused in one line
+    items = get_task("aime24").load(compose_cfg([*TINY, "task=aime24", f"task.path={data}"]).task)
+    assert [i.item_id for i in items] == ["x"]
+    refused([*TINY, "task=aime24", "task.source=bundled", f"task.path={data}"], "task.source=path")
+    refused([*TINY, "task=aime24", "task.source=path", "task.path=/nope.jsonl"], "/nope.jsonl")
+    refused([*TINY, "task=aime24", "task.path=/nope.jsonl"], "/nope.jsonl")
+
+
+def test_an_explicit_recent_is_never_replaced_by_the_budget():
+    refused([*NEEDLE, "compression=streaming_llm", "compression.prompt_budget=128", "compression.recent=32"],
+                   "compression.recent: 32 conflicts with compression.prompt_budget=128")
+
+
+def test_a_family_without_a_template_is_refused_before_loading():
+    refused([*TINY, "task=aime24", "model.family=qwen"], "model.family: 'qwen' has no prompt template")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a CPU-only torch")
+def test_cuda_on_a_cpu_torch_is_one_line():
+    refused([*NEEDLE, "model.device=cuda"], "model.device: cuda")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("flash_attn") is not None, reason="flash-attn is installed")
+def test_flash_attention_without_flash_attn_is_one_line():
+    refused([*NEEDLE, "model.attn_implementation=flash_attention_2"], "needs the flash-attn package")
+
+
+@pytest.mark.parametrize("knob, value, message", [
+    ("timeout_s", float("inf"), "task.timeout_s: expected a finite number"),
+    ("timeout_s", float("nan"), "task.timeout_s: expected a finite number"),
+    ("max_output_mb", 10_000_000, r"task.max_output_mb: must be a finite number in \[1, 1024\]"),
+    ("memory_mb", 2048.5, "task.memory_mb: expected a finite integer"),
+    ("python", "/usr", "task.python: not an executable file"),
+])
+def test_impossible_grading_knobs_are_refused(knob, value, message):
+    with pytest.raises(ValueError, match=message):
+        GradeSettings.from_cfg(OmegaConf.create({knob: value}))
 
 
 def test_a_python_that_is_not_python_is_refused_naming_the_field():
@@ -72,41 +124,26 @@ def test_a_python_that_is_not_python_is_refused_naming_the_field():
         GradeSettings.from_cfg(OmegaConf.create({"python": "/bin/true"}))
 
 
-def test_a_range_inside_a_sweep_list_is_one_line(capsys):
-    """I6: ``128,-1,range(0,2)`` raised omegaconf's ValidationError through the command-line check."""
-    with pytest.raises(SystemExit) as code:
-        precheck(["-m", *NEEDLE, "compression=snapkv", "compression.prompt_budget=128,-1,range(0,2)"])
-    err = capsys.readouterr().err
-    assert code.value.code == 2 and err.startswith("error: compression.prompt_budget: cannot expand the sweep")
-    assert err.count("\n") == 1, err
+def test_a_log_likelihood_task_through_lm_eval_is_refused_before_loading(capsys):
+    from evals.lm_eval_cli import precheck
+    from tests.lm_eval_helpers import MC_TASK, TASKS_DIR
+
+    with pytest.raises(SystemExit) as exit_:
+        precheck(["run", "--model", "snapstream", "--model_args", "pretrained=/nonexistent", "--tasks", MC_TASK,
+                  "--include_path", str(TASKS_DIR)])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "is a log-likelihood task" in err[0], err
 
 
-@pytest.mark.parametrize("value, shown", [(None, "null"), (7, "int"), (["a"], "list")])
-def test_a_non_string_question_content_is_refused_naming_item_and_field(value, shown):
-    """I8: a null ``question_content`` became a prompt reading "None"."""
-    row = dict(bundled_rows()[0], question_content=value)
-    with pytest.raises(ValueError, match=rf"f.jsonl line 3: field 'question_content' of item {row['question_id']} "
-                                         rf"must be a string, got {shown}"):
-        parse_problem(row, "f.jsonl line 3")
+def test_max_new_tokens_past_the_model_positions_warns(caplog):
+    from evals.backends.base import Request
+    from evals.backends.hf import HFBackend
+    from snapstream_core import compression_from_config
+    from tasks.base import Prompt
 
-
-def test_report_escapes_names_in_paths_and_tables(tmp_path):
-    """I5: a model name with ``/`` crashed ``report`` (a plot path), and a ``|`` in a name split a table row."""
-    import re
-
-    from evals.report import write_report
-    from tests.test_report import RUNS, _write
-
-    runs = [(f"{r[0]}|x", *r[1:]) for r in RUNS]
-    for run in runs:
-        _write(tmp_path, run, model="meta-llama/L|3")
-    report, head = write_report(tmp_path)
-    assert len(head) == len(runs)
-    assert sorted(p.parent for p in (tmp_path / "plots").iterdir()) == [tmp_path / "plots"] * 2
-    widths: list[int] = []
-    for line in report.read_text().splitlines() + [""]:
-        if line.startswith("|"):
-            widths.append(len(re.split(r"(?<!\\)\|", line)))
-        elif widths:
-            assert len(set(widths)) == 1, widths  # every row of a table has the header's columns
-            widths = []
+    cfg = compose_cfg(["model=tiny_llama", "model.arch.max_position_embeddings=24"])
+    backend = HFBackend(cfg.model, compression_from_config({"method": "none"}), SamplingConfig(max_new_tokens=16))
+    with caplog.at_level(logging.WARNING, logger="evals.backends.hf"):
+        backend.generate([Request(None, Prompt("hello there, a prompt of about a dozen tokens"), (0,))])
+    assert "goes past the 24 positions tiny_llama was trained for" in caplog.text

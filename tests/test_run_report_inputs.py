@@ -12,17 +12,10 @@ import pytest
 
 from evals.report import main
 from evals.runner import run
+from tests.hang_guard import Hung, raise_hung
 from tests.runner_utils import compose_cfg
+from tests.small_runs import replay_args
 from tests.test_report import RUNS, _write
-from tests.test_rundir_files import replay_args
-
-
-class _Hung(Exception):
-    pass
-
-
-def _alarm(*_):
-    raise _Hung
 
 
 @pytest.mark.parametrize("name,kind", [("samples.jsonl", "a FIFO"), ("meta.json", "a FIFO"),
@@ -35,12 +28,12 @@ def test_a_non_regular_file_at_a_run_file_is_one_line(tmp_path, name, kind):
         os.mkfifo(run_dir / name)
     else:
         (run_dir / name).mkdir()
-    old = signal.signal(signal.SIGALRM, _alarm)
+    old = signal.signal(signal.SIGALRM, raise_hung)
     signal.alarm(60)
     try:
         with pytest.raises(ValueError) as err:
             run(compose_cfg(replay_args(tmp_path)), run_dir)
-    except _Hung:
+    except Hung:
         pytest.fail(f"the run waited on {name}")
     finally:
         signal.alarm(0)

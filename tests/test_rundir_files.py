@@ -1,49 +1,22 @@
-"""Hostile files, round 2 (issue 30, I1 I3 I4 I6): invalid Unicode in a replayed completion, a symlink planted in
-a run directory, a refused re-run next to a finished run, and read-only / full disks. Nothing outside the run
-directory changes, no row is lost, and every failure is one line naming the path or field."""
+
+"""The run directory: a symbolic link planted at a run file is refused and its target left untouched; a read-only
+or full disk, and an ``out_root`` that cannot hold files, are one line naming the path; a failed run removes only
+the folders it made."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
-from evals.rows import read_rows
+from evals.rundir import remove_if_empty
 from evals.runner import run
-from tests.runner_utils import ROOT, TINY, cli, compose_cfg
-
-NEEDLE = [*TINY, "task=needle", "task.context_tokens=128", "task.n_items=2", "gen.max_new_tokens=4"]
-IDS = ("needle-0-0", "needle-0-1")
-
-
-def replay_file(path, completions=("x", "y")):
-    path.write_text("".join(json.dumps({"item_id": i, "completion": c}) + "\n" for i, c in zip(IDS, completions)))
-    return path
-
-
-def replay_args(tmp_path, completions=("x", "y")):
-    return [*NEEDLE, "backend=replay", f"backend.path={replay_file(tmp_path / 'c.jsonl', completions)}"]
-
-
-def snapshot(folder):
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
-def test_a_lone_surrogate_in_a_replayed_completion_is_repaired_for_that_row(tmp_path):
-    """I1: ``"\\ud800"`` aborted the run at every resume (UTF-8 cannot hold it) and named no field."""
-    path = tmp_path / "c.jsonl"
-    path.write_text('{"item_id": "needle-0-0", "completion": "a\\ud800b"}\n'
-                    '{"item_id": "needle-0-1", "completion": "\\ud83d\\ude00 fine"}\n')
-    args = [*NEEDLE, "backend=replay", f"backend.path={path}"]
-    out = run(compose_cfg(args), tmp_path / "run")
-    rows = {r["item_id"]: r for r in read_rows(out / "samples.jsonl")}
-    assert rows["needle-0-0"]["completion"] == "a\ufffdb" and rows["needle-0-1"]["completion"] == "\U0001f600 fine"
-    again = run(compose_cfg(args), tmp_path / "run")  # resumes: nothing to redo
-    assert len(read_rows(again / "samples.jsonl")) == 2
+from tests.runner_utils import ROOT, cli, compose_cfg
+from tests.small_runs import replay_args
 
 
 @pytest.mark.parametrize("name", ["samples.jsonl", ".meta.json.tmp", ".lock", "summary.csv"])
@@ -59,22 +32,6 @@ def test_a_symlink_in_the_run_directory_is_refused_and_its_target_untouched(tmp_
     assert f"{run_dir / name} is a symbolic link" in str(err.value) and "\n" not in str(err.value)
     assert victim.read_bytes() == b"precious\n{torn"
     assert sorted(p.name for p in run_dir.iterdir()) == [name]
-
-
-def test_a_refused_rerun_leaves_a_finished_run_as_it_was(tmp_path):
-    """I4: a re-run with another configuration in the same ``hydra.run.dir`` was refused, but deleted the finished
-    run's ``.hydra/`` (and Hydra had overwritten it with the refused configuration)."""
-    run_dir = tmp_path / "run"
-    args = replay_args(tmp_path)
-    first = cli([*args, f"hydra.run.dir={run_dir}"])
-    assert first.returncode == 0, first.stderr
-    assert (run_dir / ".hydra" / "config.yaml").is_file()
-    before = snapshot(run_dir)
-    second = cli([*args, "gen.seed=7", f"hydra.run.dir={run_dir}"])
-    assert second.returncode == 2 and "holds results of another configuration" in second.stderr
-    assert "Traceback" not in second.stderr
-    after = snapshot(run_dir)
-    assert {k: v for k, v in after.items() if k != "run.log"} == {k: v for k, v in before.items() if k != "run.log"}
 
 
 def _in_small_mount(tmp_path, options: str, fill_kib: int, args: list[str]) -> subprocess.CompletedProcess:
@@ -109,10 +66,46 @@ def test_read_only_and_full_disks_are_one_line_naming_the_path(tmp_path, options
     assert str(tmp_path / "mnt") in lines[0]
 
 
-
 def test_an_out_root_on_a_virtual_file_system_is_named_as_out_root():
     """``out_root=/proc/x`` said "hydra.run.dir: /proc: No space left on device": the user set out_root, and /proc
     is not full but cannot hold files."""
     done = cli(["task=needle", "task.limit=1", "out_root=/proc/x"])
     assert done.returncode == 2 and done.stderr.strip().splitlines() == [
         "error: out_root: /proc: not a folder that can hold files (a virtual file system)"], done.stderr
+
+
+def test_a_folder_of_user_logs_survives_a_failed_run(tmp_path):
+    """On main ``hydra.run.dir`` pointing at a folder of ``*.log`` files deleted them all when the run failed."""
+    folder = tmp_path / "mylogs"
+    folder.mkdir()
+    old = time.time() - 3600
+    for name, text in [("run.log", "[2020-01-01 10:00:00,000][x][INFO] - an old run\n"), ("notes.log", "mine\n")]:
+        (folder / name).write_text(text)
+        os.utime(folder / name, (old, old))
+    with (folder / "run.log").open("a") as fh:  # Hydra appends this run's records to an existing job log
+        fh.write(f"[{time.strftime('%Y-%m-%d %H:%M:%S')},000][evals][ERROR] - failed\n")
+    (folder / ".hydra").mkdir()
+    (folder / ".hydra" / "config.yaml").write_text("a: 1\n")
+    remove_if_empty(folder)
+    assert sorted(p.name for p in folder.iterdir()) == ["notes.log", "run.log"]  # this run's .hydra/ is gone
+
+
+def test_a_folder_this_run_made_is_removed_when_it_failed(tmp_path):
+    folder = tmp_path / "fresh"
+    (folder / ".hydra").mkdir(parents=True)
+    (folder / ".hydra" / "overrides.yaml").write_text("[]\n")
+    (folder / "run.log").write_text(f"[{time.strftime('%Y-%m-%d %H:%M:%S')},000][evals][ERROR] - failed\n")
+    remove_if_empty(folder)
+    assert not folder.exists()
+
+
+def test_a_refused_run_leaves_no_empty_folders_up_to_out_root(tmp_path):
+    """A refused run removed its own folder but left ``<model>/<task>/<method>/`` empty under out_root."""
+    out_root = tmp_path / "results"
+    (out_root / "kept").mkdir(parents=True)
+    (out_root / "m" / "other" / "x").mkdir(parents=True)
+    folder = out_root / "m" / "task" / "method" / "gen"
+    (folder / ".hydra").mkdir(parents=True)
+    (folder / ".hydra" / "overrides.yaml").write_text("[]\n")
+    remove_if_empty(folder, up_to=out_root)
+    assert sorted(str(p.relative_to(out_root)) for p in out_root.rglob("*")) == ["kept", "m", "m/other", "m/other/x"]

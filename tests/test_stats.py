@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from evals.stats import bootstrap, bootstrap_mean, mean_stderr, paired_bootstrap, sign_flip_p
+from evals.stats import bootstrap, bootstrap_mean, mean_stderr, paired_bootstrap, sign_flip_p, wilson
 
 
 def test_mean_stderr_is_the_sample_std_over_root_n():
@@ -70,3 +70,12 @@ def test_sign_flip_p_beyond_the_exact_size_is_a_monte_carlo_estimate():
 def test_paired_bootstrap_refuses_unpaired_inputs():
     with pytest.raises(ValueError, match="same items"):
         paired_bootstrap([1, 0], [1])
+
+
+def test_wilson_is_right_at_zero_and_at_n():
+    lo, hi = wilson(0, 3)
+    assert lo == 0.0 and 0.5 < hi < 0.6  # 0 of 3 is not "exactly 0": up to 56 % is consistent with it
+    lo, hi = wilson(3, 3)
+    assert hi == 1.0 and 0.4 < lo < 0.5
+    lo, hi = wilson(5, 10)
+    assert lo == pytest.approx(1 - hi) and lo == pytest.approx(0.2366, abs=1e-4)

@@ -1,41 +1,33 @@
-"""Hostile files and knobs (issue #14): deep or broken JSON, zlib bombs, torn and foreign ``samples.jsonl`` rows,
-poisoned replay lines and impossible knobs each get one ``ValueError`` naming the file, line and field (never a
-traceback of another kind), and a failed run never deletes a folder it did not create."""
+
+"""Task files that cannot be used are one ``ValueError`` naming the file, line and field, never a traceback of
+another kind: JSON nested too deep, invalid UTF-8, a line past the bound (read no further than the bound),
+LiveCodeBench problem fields that cannot be parsed (zlib and many-tests bombs included), and LongBench-v2 duplicate
+ids or lone surrogates."""
 
 from __future__ import annotations
 
 import base64
 import json
-import logging
-import os
 import pickle
 import re
-import time
+import tracemalloc
 import zlib
 from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
 
+import tasks.base
 import tasks.livecodebench as lcb
-from evals.backends.replay import read_completions
-from evals.rows import done_keys, read_rows
-from evals.rundir import remove_if_empty
-from snapstream_core.generate import SamplingConfig
-from tasks.base import iter_jsonl, read_records
-from tasks.livecodebench.grader import GradeSettings
+from tasks.base import bundled_path, iter_jsonl, read_records
 from tasks.livecodebench.problem import MAX_TESTS, parse_problem
-from tests.runner_utils import compose_cfg
-
-DEEP = "[" * 100_000 + "]" * 100_000
+from tasks.longbench_v2 import load as load_longbench
+from tests.refusals import DEEP, one_line_error
 
 
 def bundled_rows() -> list[dict]:
     path = Path(lcb.__file__).resolve().parents[1] / "data" / "livecodebench" / "sample.jsonl"
     return [r for _, r in iter_jsonl(path)]
-
-
-# ------------------------------------------------------------------------------------------------ task files
 
 
 def test_a_100k_deep_line_names_file_and_line(tmp_path):
@@ -58,6 +50,37 @@ def test_invalid_utf8_names_file_and_line(tmp_path):
     path.write_bytes(b'[\n{"a": 1},\n{"a": "\xff"}]')
     with pytest.raises(ValueError, match=r"bad.json line 3: invalid UTF-8"):
         read_records(path)
+
+
+def test_a_huge_line_in_a_task_file_is_refused_after_reading_at_most_the_bound(tmp_path, monkeypatch):
+    """R4: a 1 GiB line cost 2.2 GiB before the error. Here: a 64 MiB line (sparse) under a 1 MiB bound."""
+    monkeypatch.setattr(tasks.base, "MAX_LINE_BYTES", 1 << 20)
+    path = tmp_path / "items.jsonl"
+    with path.open("wb") as fh:
+        fh.write(b'{"_id": "x"}\n')
+        fh.truncate(64 << 20)  # line 2: 64 MiB of zero bytes, no newline
+    cfg = OmegaConf.create({"source": "path", "path": str(path), "limit": None, "difficulty": None, "length": None,
+                            "domain": None, "cot": False, "max_len": None, "cot_tokens": 1, "answer_tokens": 1})
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError) as err:
+            load_longbench(cfg)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert f"{path} line 2: longer than 1 MiB" in one_line_error(err)
+    assert peak < 8 << 20, peak
+
+
+def test_the_bound_is_exact_and_long_lines_under_it_are_read_whole(tmp_path, monkeypatch):
+    monkeypatch.setattr(tasks.base, "READ_CHUNK", 7)  # many pieces per line
+    record = json.dumps({"k": "v" * 40})  # 51 bytes
+    path = tmp_path / "f.jsonl"
+    path.write_text(record + "\n" + record)  # the last line without its newline
+    assert [r for _, r in iter_jsonl(path, max_line_bytes=len(record))] == [{"k": "v" * 40}] * 2
+    path.write_text(record + "\n" + record + " \n")
+    with pytest.raises(ValueError, match=rf"line 2: longer than {len(record)} bytes"):
+        list(iter_jsonl(path, max_line_bytes=len(record)))
 
 
 @pytest.mark.parametrize("field, value, message", [
@@ -102,150 +125,55 @@ def test_a_many_tests_bomb_is_refused_by_count():
     assert f"field 'private_test_cases': more than {MAX_TESTS} JSON objects" in reason
 
 
-# ------------------------------------------------------------------------------------------------ samples.jsonl
+@pytest.mark.parametrize("value, shown", [(None, "null"), (7, "int"), (["a"], "list")])
+def test_a_non_string_question_content_is_refused_naming_item_and_field(value, shown):
+    """I8: a null ``question_content`` became a prompt reading "None"."""
+    row = dict(bundled_rows()[0], question_content=value)
+    with pytest.raises(ValueError, match=rf"f.jsonl line 3: field 'question_content' of item {row['question_id']} "
+                                         rf"must be a string, got {shown}"):
+        parse_problem(row, "f.jsonl line 3")
 
 
-def row(item_id="a", sample_idx=0, **extra) -> dict:
-    return {"run_id": "r", "task": "livecodebench", "model": "tiny_llama", "method": "none", "item_id": item_id,
-            "sample_idx": sample_idx, "latency_s": 0.1, "completion": "é" * 10, **extra}
+def _longbench_cfg(path: Path):
+    return OmegaConf.create({"source": "path", "path": str(path), "limit": None, "difficulty": None, "length": None,
+                             "domain": None, "cot": False, "max_len": None, "cot_tokens": 1, "answer_tokens": 1})
 
 
-def write_rows(path: Path, rows: list[dict], tail: bytes = b"") -> Path:
-    path.write_bytes(b"".join(json.dumps(r, ensure_ascii=False).encode() + b"\n" for r in rows) + tail)
-    return path
+def _longbench_records() -> list[dict]:
+    text = bundled_path("longbench_v2/sample.jsonl").read_text(encoding="utf-8")
+    return [json.loads(line) for line in text.splitlines()][:3]
 
 
-def test_a_tail_torn_inside_a_multibyte_character_is_repaired_before_reading(tmp_path):
-    whole = json.dumps(row("b"), ensure_ascii=False).encode()
-    torn = whole[: whole.index("é".encode()) + 1]  # cut between the two bytes of é
-    path = write_rows(tmp_path / "samples.jsonl", [row("a"), row("a", 1)], torn)
-    rows = read_rows(path)
-    assert done_keys(rows) == {("a", 0), ("a", 1)}
-    assert path.read_bytes().endswith(b"}\n")  # the torn line is gone from the file
+def test_longbench_refuses_two_questions_under_one_id(tmp_path):
+    """R1: rows of two questions collided under one ``_id``; AIME and LiveCodeBench refuse duplicates."""
+    records = _longbench_records()
+    records[2] = {**records[2], "_id": records[0]["_id"]}
+    path = tmp_path / "items.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    with pytest.raises(ValueError) as err:
+        load_longbench(_longbench_cfg(path))
+    text = one_line_error(err)
+    assert f"{path} record 3: field '_id': duplicate id {records[0]['_id']!r} (first at record 1)" in text
 
 
-@pytest.mark.parametrize("bad, message", [
-    ({"sample_idx": None}, "sample_idx must be an integer >= 0, got None"),
-    ({"sample_idx": 1.9}, "sample_idx must be an integer >= 0, got 1.9"),
-    ({"sample_idx": True}, "sample_idx must be an integer >= 0, got True"),
-    ({"item_id": None}, "item_id must be a string or an integer, got None"),
-    ({"latency_s": {}}, "column latency_s must be a number or null, got {}"),
-    ({"task": "aime24"}, r"a row of another run \(task='aime24', the file's first row has 'livecodebench'\)"),
-])
-def test_bad_or_foreign_rows_are_refused_with_one_line(tmp_path, bad, message):
-    second = row("b")
-    second.update(bad)
-    path = write_rows(tmp_path / "samples.jsonl", [row("a"), second])
-    with pytest.raises(ValueError, match=f"samples.jsonl line 2: .*{message}"):
-        read_rows(path)
+@pytest.mark.parametrize("field", ["question", "choice_C", "context"])
+def test_longbench_refuses_a_lone_surrogate_naming_the_field(tmp_path, field):
+    """R5: a lone surrogate in a field crashed late (at the prompt or the row) and named no field."""
+    records = _longbench_records()
+    line = json.dumps(records[1])  # ASCII-escaped: a surrogate is written "\ud800"
+    line = line.replace(f'"{field}": "', f'"{field}": "ok \\ud800 ', 1)
+    path = tmp_path / "items.jsonl"
+    path.write_text(json.dumps(records[0]) + "\n" + line + "\n")
+    with pytest.raises(ValueError) as err:
+        load_longbench(_longbench_cfg(path))
+    text = one_line_error(err)
+    assert f"{path} line 2: field '{field}' holds a lone surrogate (U+D800 at character 3)" in text
 
 
-def test_a_row_without_sample_idx_is_refused_not_a_key_error(tmp_path):
-    bare = {k: v for k, v in row("b").items() if k != "sample_idx"}
-    with pytest.raises(ValueError, match="line 2: not a row of this harness"):
-        read_rows(write_rows(tmp_path / "samples.jsonl", [row("a"), bare]))
-
-
-# ------------------------------------------------------------------------------------------------ replay files
-
-
-@pytest.mark.parametrize("bad, message", [
-    ({"sample_idx": 1.9}, "sample_idx must be an integer >= 0"),
-    ({"sample_idx": True}, "sample_idx must be an integer >= 0"),
-    ({"item_id": None}, "item_id must be a non-empty string or an integer"),
-    ({"latency_s": {}}, "column latency_s must be a number or null"),
-    ({"gen_tokens": "12"}, "column gen_tokens must be a number or null"),
-    ({"finish_reason": 3}, "finish_reason must be a string or null"),
-    ({"completion": DEEP}, None),  # a string: fine, it is the model's text
-])
-def test_replay_lines_are_type_checked(tmp_path, bad, message):
-    rec = {"item_id": "q1", "sample_idx": 0, "completion": "x", **bad}
-    path = tmp_path / "replay.jsonl"
-    path.write_text(json.dumps({"item_id": "q0", "completion": "y"}) + "\n" + json.dumps(rec) + "\n")
-    if message is None:
-        assert len(read_completions(path)) == 2
-        return
-    with pytest.raises(ValueError, match=f"backend.path: .*replay.jsonl line 2: {message}"):
-        read_completions(path)
-
-
-def test_a_deep_replay_line_is_one_line_error(tmp_path):
-    path = tmp_path / "replay.jsonl"
-    path.write_text('{"item_id": "q", "completion": "x", "meta": ' + DEEP + "}\n")
-    with pytest.raises(ValueError, match="backend.path: .*line 1: JSON nested deeper"):
-        read_completions(path)
-
-
-# ------------------------------------------------------------------------------------------------ run folders
-
-
-def test_a_folder_of_user_logs_survives_a_failed_run(tmp_path):
-    """On main ``hydra.run.dir`` pointing at a folder of ``*.log`` files deleted them all when the run failed."""
-    folder = tmp_path / "mylogs"
-    folder.mkdir()
-    old = time.time() - 3600
-    for name, text in [("run.log", "[2020-01-01 10:00:00,000][x][INFO] - an old run\n"), ("notes.log", "mine\n")]:
-        (folder / name).write_text(text)
-        os.utime(folder / name, (old, old))
-    with (folder / "run.log").open("a") as fh:  # Hydra appends this run's records to an existing job log
-        fh.write(f"[{time.strftime('%Y-%m-%d %H:%M:%S')},000][evals][ERROR] - failed\n")
-    (folder / ".hydra").mkdir()
-    (folder / ".hydra" / "config.yaml").write_text("a: 1\n")
-    remove_if_empty(folder)
-    assert sorted(p.name for p in folder.iterdir()) == ["notes.log", "run.log"]  # this run's .hydra/ is gone
-
-
-def test_a_folder_this_run_made_is_removed_when_it_failed(tmp_path):
-    folder = tmp_path / "fresh"
-    (folder / ".hydra").mkdir(parents=True)
-    (folder / ".hydra" / "overrides.yaml").write_text("[]\n")
-    (folder / "run.log").write_text(f"[{time.strftime('%Y-%m-%d %H:%M:%S')},000][evals][ERROR] - failed\n")
-    remove_if_empty(folder)
-    assert not folder.exists()
-
-
-# ------------------------------------------------------------------------------------------------ knobs
-
-
-@pytest.mark.parametrize("knob", ["temperature", "top_p"])
-def test_nan_and_inf_generation_knobs_are_refused(knob):
-    for value in (float("nan"), float("inf")):
-        with pytest.raises(ValueError, match=f"gen.{knob}: must be finite"):
-            SamplingConfig(**{knob: value})
-
-
-@pytest.mark.parametrize("knob, value, message", [
-    ("timeout_s", float("inf"), "task.timeout_s: expected a finite number"),
-    ("timeout_s", float("nan"), "task.timeout_s: expected a finite number"),
-    ("max_output_mb", 10_000_000, r"task.max_output_mb: must be a finite number in \[1, 1024\]"),
-    ("memory_mb", 2048.5, "task.memory_mb: expected a finite integer"),
-    ("python", "/usr", "task.python: not an executable file"),
-])
-def test_impossible_grading_knobs_are_refused(knob, value, message):
-    with pytest.raises(ValueError, match=message):
-        GradeSettings.from_cfg(OmegaConf.create({knob: value}))
-
-
-def test_max_new_tokens_past_the_model_positions_warns(caplog):
-    from evals.backends.base import Request
-    from evals.backends.hf import HFBackend
-    from snapstream_core import compression_from_config
-    from tasks.base import Prompt
-
-    cfg = compose_cfg(["model=tiny_llama", "model.arch.max_position_embeddings=24"])
-    backend = HFBackend(cfg.model, compression_from_config({"method": "none"}), SamplingConfig(max_new_tokens=16))
-    with caplog.at_level(logging.WARNING, logger="evals.backends.hf"):
-        backend.generate([Request(None, Prompt("hello there, a prompt of about a dozen tokens"), (0,))])
-    assert "goes past the 24 positions tiny_llama was trained for" in caplog.text
-
-
-def test_a_refused_run_leaves_no_empty_folders_up_to_out_root(tmp_path):
-    """A refused run removed its own folder but left ``<model>/<task>/<method>/`` empty under out_root."""
-    out_root = tmp_path / "results"
-    (out_root / "kept").mkdir(parents=True)
-    (out_root / "m" / "other" / "x").mkdir(parents=True)
-    folder = out_root / "m" / "task" / "method" / "gen"
-    (folder / ".hydra").mkdir(parents=True)
-    (folder / ".hydra" / "overrides.yaml").write_text("[]\n")
-    remove_if_empty(folder, up_to=out_root)
-    assert sorted(str(p.relative_to(out_root)) for p in out_root.rglob("*")) == ["kept", "m", "m/other", "m/other/x"]
+def test_a_surrogate_pair_written_as_two_escapes_is_text(tmp_path):
+    records = _longbench_records()
+    line = json.dumps(records[0]).replace('"question": "', '"question": "\\ud83d\\ude00 ', 1)
+    path = tmp_path / "items.jsonl"
+    path.write_text(line + "\n")
+    (item,) = load_longbench(_longbench_cfg(path))
+    assert item.question.startswith("\U0001f600 ")
