@@ -1,5 +1,6 @@
-"""The first hour of a user: a bad value refused in a second without torch, Ctrl-C as one line, a finished run
-that says its score (and exits at once when re-run), replay and the sweep check without torch or the network."""
+"""The command line on a user's first runs: a bad value refused in a second without torch, Ctrl-C as one line, a
+finished run that says its score (and exits at once when re-run), replay and the sweep check without torch or the
+network, each warning logged once."""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ def _precheck_line(args: list[str], capsys) -> str:
 
 @pytest.mark.parametrize("opening", ["[", "{a:"])
 def test_a_deeply_nested_override_is_one_line_naming_its_key(opening, capsys, tmp_path):
-    """R7: ``+task.x=[[[...]]]`` gave 'maximum recursion depth exceeded' naming nothing."""
+    """``+task.x=[[[...]]]`` is one line naming the key and the depth, not 'maximum recursion depth exceeded'."""
     closing = {"[": "]", "{a:": "}"}[opening]
     value = opening * 3000 + "1" + closing * 3000
     err = _precheck_line([*NEEDLE, f"+task.x={value}"], capsys)
@@ -47,15 +47,15 @@ def test_brackets_inside_quotes_do_not_count():
 
 
 def test_hydra_job_chdir_is_refused_in_one_line(capsys):
-    """R8: with ``hydra.job.chdir=true`` a relative ``task.path`` passed the check, then the job failed in its
-    output folder with 'no such file', naming neither the cause nor the override."""
+    """``hydra.job.chdir=true`` is refused up front: with it a relative ``task.path`` would pass the check, then the
+    job would fail in its output folder with 'no such file', naming neither the cause nor the override."""
     err = _precheck_line([*NEEDLE, "hydra.job.chdir=true"], capsys)
     assert err.startswith("error: hydra.job.chdir: true is not supported")
     precheck([*NEEDLE, "hydra.job.chdir=false"])
 
 
 def test_a_range_inside_a_sweep_list_is_one_line(capsys):
-    """I6: ``128,-1,range(0,2)`` raised omegaconf's ValidationError through the command-line check."""
+    """``128,-1,range(0,2)`` is one line from the command-line check, not omegaconf's ValidationError."""
     with pytest.raises(SystemExit) as code:
         precheck(["-m", *NEEDLE, "compression=snapkv", "compression.prompt_budget=128,-1,range(0,2)"])
     err = capsys.readouterr().err

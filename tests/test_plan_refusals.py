@@ -28,7 +28,7 @@ def plan_refuses(args: list[str], tmp_path, capsys) -> str:
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e400", "-5", "0"])
 def test_plan_memory_gib_must_be_finite_and_positive(value, tmp_path, capsys):
-    """P1: nan, inf and 1e400 ended in a traceback (int of NaN); P2: a negative budget was accepted."""
+    """nan, inf and 1e400 are one line (no traceback from the int of NaN); a negative or zero budget is refused."""
     err = plan_refuses([*PAPER_JOB, f"plan.memory_gib={value}"], tmp_path, capsys)
     assert "plan.memory_gib: expected a finite number > 0, got" in err
     assert run_refuses([*NEEDLE, f"plan.memory_gib={value}"]).startswith("plan.memory_gib: expected a finite number")
@@ -42,7 +42,7 @@ def test_a_usual_budget_still_plans(tmp_path, capsys):
 @pytest.mark.parametrize("override", ["overwrite=no", "gen.max_new_tokens=2.5", "gen.n_samples=0",
                                       "gen.temperature=nan", "task.limit=-1", "log_every=-3"])
 def test_plan_refuses_what_run_refuses_with_the_same_line(override, tmp_path, capsys):
-    """P3: values ``evals.run`` refuses were planned with exit code 0."""
+    """Values ``evals.run`` refuses are not planned: exit code 2 and the run's line."""
     line = run_refuses([*PAPER_JOB, override])
     err = plan_refuses([*PAPER_JOB, override], tmp_path, capsys)
     assert err.rstrip("\n").endswith(f": {line}"), (err, line)

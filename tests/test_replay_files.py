@@ -58,7 +58,7 @@ def test_a_replayed_file_is_read_with_the_same_bound(tmp_path, monkeypatch):
 
 
 def test_a_lone_surrogate_in_a_replayed_completion_is_repaired_for_that_row(tmp_path):
-    """I1: ``"\\ud800"`` aborted the run at every resume (UTF-8 cannot hold it) and named no field."""
+    """``"\\ud800"`` (which UTF-8 cannot hold) is repaired in its own row; the run and its resume go on."""
     path = tmp_path / "c.jsonl"
     path.write_text('{"item_id": "needle-0-0", "completion": "a\\ud800b"}\n'
                     '{"item_id": "needle-0-1", "completion": "\\ud83d\\ude00 fine"}\n')

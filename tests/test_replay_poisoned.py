@@ -1,4 +1,4 @@
-"""Must-show 2 of issue #14: a 30-row LiveCodeBench replay (6 bundled problems x 5 samples) in which one sample per
+"""A 30-row LiveCodeBench replay (6 bundled problems x 5 samples) in which one sample per
 attack kind is poisoned. The run finishes, keeps all 30 rows (every good one passes, every poisoned one gets its
 own failing verdict), and re-running it resumes cleanly: nothing to redo, nothing duplicated, the same summary."""
 

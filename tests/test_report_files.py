@@ -1,6 +1,6 @@
-"""Hostile report folders, round 3: ``evals.report`` writes every file whole or not at all and never through a
-planted link; a ``summary.csv`` that is a FIFO, a folder, empty or not a table is skipped with one line naming it;
-a full or read-only disk is one line and the earlier report stays as it was."""
+"""The report's files: ``evals.report`` writes every file whole or not at all, never through a planted link, with
+names escaped in paths and tables; a ``summary.csv`` that is a FIFO, a folder, empty or not a table is skipped with
+one line naming it; a full or read-only disk is one line and the earlier report stays as it was."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def digest(root) -> dict[str, str]:
 
 
 def test_links_planted_at_the_outputs_are_replaced_never_written_through(tree, tmp_path):
-    """C1: ``report.md`` planted as a link to a victim had the victim overwritten."""
+    """``report.md`` (or another output) planted as a link to a victim is replaced; the victim is never written."""
     names = [*REPORT_FILES, "plots/frontier__needle__m.png"]
     (tree / "plots").mkdir()
     for i, name in enumerate(names):
@@ -60,7 +60,7 @@ def test_a_planted_plots_link_is_refused_in_one_line(tree, tmp_path, capsys):
 
 
 def test_a_fifo_named_summary_csv_is_skipped_not_waited_on(tree, caplog):
-    """C2: a FIFO named ``summary.csv`` hung the report forever."""
+    """A FIFO named ``summary.csv`` is skipped; the report never waits on it."""
     (tree / "pipe").mkdir()
     os.mkfifo(tree / "pipe" / "summary.csv")
     old = signal.signal(signal.SIGALRM, raise_hung)
@@ -86,8 +86,8 @@ BAD = {  # folder -> (how its summary.csv is made, the reason the report gives)
 
 
 def test_bad_summary_csv_entries_are_skipped_with_one_line_naming_each(tree, caplog):
-    """C3: a folder named ``summary.csv`` gave a traceback; C4: one empty ``summary.csv`` refused the whole report
-    without naming it."""
+    """A ``summary.csv`` that is a folder, empty, not a table or without rows is skipped with one line naming it;
+    the other runs are reported."""
     for folder, (make, _) in BAD.items():
         (tree / folder).mkdir()
         make(tree / folder / "summary.csv")
@@ -116,7 +116,8 @@ def test_only_bad_summaries_is_one_error(tmp_path, capsys):
 
 
 def test_a_disk_filling_up_midway_keeps_the_earlier_report_whole(tree, capsys, monkeypatch):
-    """C5: a full disk gave a traceback and half-written files. Here the third of the four files does not fit."""
+    """A full disk is one line and leaves the earlier report whole, never half-written. Here the third of the four
+    files does not fit."""
     assert main([str(tree)]) == 0
     before = digest(tree)
     _write(tree, RUNS[2])  # a new run: every file of the report would change
@@ -142,7 +143,7 @@ def test_a_disk_filling_up_midway_keeps_the_earlier_report_whole(tree, capsys, m
     pytest.param("rw", True, marks=pytest.mark.slow),  # also covered, fast: test_a_disk_filling_up_midway...
 ])
 def test_read_only_and_full_disks_are_one_line_and_the_old_report_stays(tree, tmp_path, options, fill):
-    """C5 on a real file system: a private tmpfs holding the report, remounted read-only or filled up."""
+    """The same on a real file system: a private tmpfs holding the report, remounted read-only or filled up."""
     if shutil.which("unshare") is None:
         pytest.skip("needs util-linux unshare")
     user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
@@ -170,7 +171,7 @@ def test_read_only_and_full_disks_are_one_line_and_the_old_report_stays(tree, tm
 
 
 def test_report_escapes_names_in_paths_and_tables(tmp_path):
-    """I5: a model name with ``/`` crashed ``report`` (a plot path), and a ``|`` in a name split a table row."""
+    """A model name with ``/`` stays one plot file name, and a ``|`` in a name is escaped in every table row."""
     import re
 
     from evals.report import write_report

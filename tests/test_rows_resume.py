@@ -21,8 +21,8 @@ def snapshot(folder):
 
 
 def test_a_program_raising_a_lone_surrogate_neither_crashes_the_run_nor_its_resume(tmp_path):
-    """S10, run side: ``raise ValueError(chr(0xD800))`` put U+D800 in the grader's message; the row write raised
-    ``UnicodeEncodeError`` and every resume crashed again on the same sample."""
+    """``raise ValueError(chr(0xD800))`` puts U+D800 in the grader's message: the row is written repaired (no
+    ``UnicodeEncodeError``), and the resume reads it back instead of redoing the sample."""
     from lcb_helpers import bundled, fenced
 
     qid = next(iter(bundled()))
@@ -38,7 +38,7 @@ def test_a_program_raising_a_lone_surrogate_neither_crashes_the_run_nor_its_resu
 
 
 def test_rows_without_meta_json_are_never_resumed(tmp_path):
-    """R2: run B resumed run A's rows (no meta.json beside them) and reported A's score."""
+    """Run B never resumes run A's rows copied beside no meta.json (it would report A's score)."""
     a = run(compose_cfg(replay_args(tmp_path, ("a1", "a2"), "a.jsonl")), tmp_path / "a")
     b = tmp_path / "b"
     b.mkdir()
@@ -52,7 +52,7 @@ def test_rows_without_meta_json_are_never_resumed(tmp_path):
 
 
 def test_every_resumed_row_carries_this_runs_fingerprint(tmp_path):
-    """R2: a row of another configuration among a run's rows (meta.json is this run's) was resumed as its own."""
+    """A row of another configuration among a run's rows (meta.json is this run's) is refused, not resumed."""
     args = replay_args(tmp_path)
     out = run(compose_cfg(args), tmp_path / "run")
     first, _ = (out / "samples.jsonl").read_text().splitlines()
@@ -66,7 +66,7 @@ def test_every_resumed_row_carries_this_runs_fingerprint(tmp_path):
 
 @pytest.mark.parametrize("content", [b"{", b"[1, 2]", b"\xff\xfe"])
 def test_a_corrupt_meta_json_is_one_line_naming_it(tmp_path, content):
-    """R6: a damaged meta.json beside rows gave json's 'Expecting ...' naming no file."""
+    """A damaged meta.json beside rows is one line naming it, not json's 'Expecting ...'."""
     out = run(compose_cfg(replay_args(tmp_path)), tmp_path / "run")
     (out / "meta.json").write_bytes(content)
     with pytest.raises(ValueError) as err:
@@ -75,7 +75,7 @@ def test_a_corrupt_meta_json_is_one_line_naming_it(tmp_path, content):
 
 
 def test_a_meta_json_that_is_not_an_object_with_no_rows_beside_it_is_replaced(tmp_path):
-    """R6: ``meta.json`` holding ``[1]`` (no rows to resume) ended in ``AttributeError: 'list' object ...``."""
+    """``meta.json`` holding ``[1]`` with no rows to resume is replaced (no ``AttributeError: 'list' object``)."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "meta.json").write_text("[1]")
@@ -84,7 +84,8 @@ def test_a_meta_json_that_is_not_an_object_with_no_rows_beside_it_is_replaced(tm
 
 
 def test_overwrite_takes_the_old_headline_away_before_anything_else(tmp_path, monkeypatch):
-    """R3: ``overwrite=true`` kept ``results.json``; a re-run killed early left the old scores beside no rows."""
+    """``overwrite=true`` removes ``results.json`` first: a re-run killed early leaves no old scores beside no
+    rows."""
     import evals.runner
 
     args = replay_args(tmp_path)
@@ -101,7 +102,7 @@ def test_overwrite_takes_the_old_headline_away_before_anything_else(tmp_path, mo
 
 
 def test_a_no_op_rerun_leaves_the_hydra_record_alone(tmp_path):
-    """R9: re-running a complete run rewrote ``.hydra/`` although nothing was done."""
+    """Re-running a complete run leaves ``.hydra/`` untouched: nothing is done, so nothing is recorded."""
     run_dir = tmp_path / "run"
     args = [*replay_args(tmp_path), f"hydra.run.dir={run_dir}"]
     first = cli(args)
@@ -116,8 +117,8 @@ def test_a_no_op_rerun_leaves_the_hydra_record_alone(tmp_path):
 
 
 def test_a_refused_rerun_leaves_a_finished_run_as_it_was(tmp_path):
-    """I4: a re-run with another configuration in the same ``hydra.run.dir`` was refused, but deleted the finished
-    run's ``.hydra/`` (and Hydra had overwritten it with the refused configuration)."""
+    """A re-run with another configuration in the same ``hydra.run.dir`` is refused and leaves the finished run's
+    files, ``.hydra/`` included, as they were."""
     run_dir = tmp_path / "run"
     args = replay_args(tmp_path)
     first = cli([*args, f"hydra.run.dir={run_dir}"])

@@ -1,5 +1,6 @@
-"""Run identity (issue #13): every key of the resolved config that can change a row changes the fingerprint, and
-therefore the run directory; a directory with another fingerprint is never resumed."""
+"""Run identity and provenance: every key of the resolved config that can change a row changes the fingerprint,
+and therefore the run directory; a directory with another fingerprint is never resumed; every row leads to its
+exact prompt, and ``meta.json`` names the weights, data and commit the run used."""
 
 from __future__ import annotations
 

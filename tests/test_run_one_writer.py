@@ -1,4 +1,4 @@
-"""One writer per run directory (issue #13): parallel launchers never write a row twice.
+"""One writer per run directory: a run holds the directory's lock, and parallel launchers never write a row twice.
 
 ``compression=none`` swept over two budgets is one run (same identity, one directory): under ``joblib`` its two jobs
 contend for the directory's lock; the second waits, then resumes with nothing to go. ``submitit_local`` starts one

@@ -21,7 +21,7 @@ from tests.small_runs import replay_args
 
 @pytest.mark.parametrize("name", ["samples.jsonl", ".meta.json.tmp", ".lock", "summary.csv"])
 def test_a_symlink_in_the_run_directory_is_refused_and_its_target_untouched(tmp_path, name):
-    """I3: a symlinked ``samples.jsonl`` had the harness cut the file it points to."""
+    """A symlinked ``samples.jsonl`` (or other run file) is refused; the file it points to is never cut."""
     victim = tmp_path / "victim.txt"
     victim.write_bytes(b"precious\n{torn")
     run_dir = tmp_path / "run"
@@ -58,7 +58,7 @@ def _in_small_mount(tmp_path, options: str, fill_kib: int, args: list[str]) -> s
     ("rw", 58, "No space left on device"),  # fills up during the run
 ])
 def test_read_only_and_full_disks_are_one_line_naming_the_path(tmp_path, options, fill_kib, message):
-    """I6: a read-only results folder and a full disk gave tracebacks."""
+    """A read-only results folder and a full disk are one line naming the path, never a traceback."""
     done = _in_small_mount(tmp_path, options, fill_kib, replay_args(tmp_path))
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
@@ -75,7 +75,8 @@ def test_an_out_root_on_a_virtual_file_system_is_named_as_out_root():
 
 
 def test_a_folder_of_user_logs_survives_a_failed_run(tmp_path):
-    """On main ``hydra.run.dir`` pointing at a folder of ``*.log`` files deleted them all when the run failed."""
+    """``hydra.run.dir`` pointing at a folder of ``*.log`` files: a failed run removes its own ``.hydra/`` and
+    leaves the user's logs."""
     folder = tmp_path / "mylogs"
     folder.mkdir()
     old = time.time() - 3600
@@ -100,7 +101,7 @@ def test_a_folder_this_run_made_is_removed_when_it_failed(tmp_path):
 
 
 def test_a_refused_run_leaves_no_empty_folders_up_to_out_root(tmp_path):
-    """A refused run removed its own folder but left ``<model>/<task>/<method>/`` empty under out_root."""
+    """A refused run removes its own folder and the parents it leaves empty, up to out_root."""
     out_root = tmp_path / "results"
     (out_root / "kept").mkdir(parents=True)
     (out_root / "m" / "other" / "x").mkdir(parents=True)

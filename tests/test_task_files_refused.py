@@ -53,7 +53,8 @@ def test_invalid_utf8_names_file_and_line(tmp_path):
 
 
 def test_a_huge_line_in_a_task_file_is_refused_after_reading_at_most_the_bound(tmp_path, monkeypatch):
-    """R4: a 1 GiB line cost 2.2 GiB before the error. Here: a 64 MiB line (sparse) under a 1 MiB bound."""
+    """A line past the bound is refused having read at most the bound: a 64 MiB line (sparse) under a 1 MiB bound
+    costs under 8 MiB."""
     monkeypatch.setattr(tasks.base, "MAX_LINE_BYTES", 1 << 20)
     path = tmp_path / "items.jsonl"
     with path.open("wb") as fh:
@@ -127,7 +128,7 @@ def test_a_many_tests_bomb_is_refused_by_count():
 
 @pytest.mark.parametrize("value, shown", [(None, "null"), (7, "int"), (["a"], "list")])
 def test_a_non_string_question_content_is_refused_naming_item_and_field(value, shown):
-    """I8: a null ``question_content`` became a prompt reading "None"."""
+    """A null or non-string ``question_content`` is refused, never a prompt reading "None"."""
     row = dict(bundled_rows()[0], question_content=value)
     with pytest.raises(ValueError, match=rf"f.jsonl line 3: field 'question_content' of item {row['question_id']} "
                                          rf"must be a string, got {shown}"):
@@ -145,7 +146,8 @@ def _longbench_records() -> list[dict]:
 
 
 def test_longbench_refuses_two_questions_under_one_id(tmp_path):
-    """R1: rows of two questions collided under one ``_id``; AIME and LiveCodeBench refuse duplicates."""
+    """Two questions under one ``_id`` are refused (their rows would collide), as AIME and LiveCodeBench refuse
+    duplicates."""
     records = _longbench_records()
     records[2] = {**records[2], "_id": records[0]["_id"]}
     path = tmp_path / "items.jsonl"
@@ -158,7 +160,7 @@ def test_longbench_refuses_two_questions_under_one_id(tmp_path):
 
 @pytest.mark.parametrize("field", ["question", "choice_C", "context"])
 def test_longbench_refuses_a_lone_surrogate_naming_the_field(tmp_path, field):
-    """R5: a lone surrogate in a field crashed late (at the prompt or the row) and named no field."""
+    """A lone surrogate in a field is refused at load naming the field, not later at the prompt or the row."""
     records = _longbench_records()
     line = json.dumps(records[1])  # ASCII-escaped: a surrogate is written "\ud800"
     line = line.replace(f'"{field}": "', f'"{field}": "ok \\ud800 ', 1)
