@@ -1,4 +1,4 @@
-"""task=aime24: config, loading (bundled / local files / hub code path), prompts, and the issue's "must show" list
+"""task=aime24: config, loading (bundled / local files / hub code path), prompts, and replayed completions
 run through the task functions exactly as the runner's replay backend calls them."""
 
 from __future__ import annotations
@@ -219,7 +219,7 @@ def test_template_is_config_and_only_problem_is_substituted(items):
         aime.prompt(items[0], {"family": "gpt"}, cfg=cfg)
 
 
-# -- must show 1: replayed completions through score + summarize -----------------------------------------------------
+# -- replayed completions through score + summarize -----------------------------------------------------------------
 
 
 def _replay(items, completions, *, thinking):

@@ -82,7 +82,7 @@ def test_canonical_answer():
     assert canonical_answer("025") == "25" and canonical_answer(204) == "204" and canonical_answer("\\pi") == "\\pi"
 
 
-# -- must show 3: garbage never raises; 1,000 rows -------------------------------------------------------------------
+# -- garbage never raises; 1,000 rows --------------------------------------------------------------------------------
 
 GARBAGE = {**garbage_texts(), "none": None, "not a string": 12345}
 

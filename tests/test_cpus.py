@@ -1,4 +1,4 @@
-"""Busy cores (issue 47, item 1): thread counts from the CPUs a process may use (affinity, cgroup quota) and passive
+"""Busy cores: thread counts from the CPUs a process may use (affinity, cgroup quota) and passive
 OpenMP waiting, set by each entry point before torch loads and kept when the user set them."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Per-request settings (issue 46): each row draws with its own temperature, top-k, top-p, max_new_tokens and seed,
+"""Per-request settings: each row draws with its own temperature, top-k, top-p, max_new_tokens and seed,
 the same draws as before, with no read from the device in the decode loop; one engine and one compiled step serve
 several runs (a task's follow-up calls) while their rows fit."""
 

@@ -1,4 +1,4 @@
-"""Runs that say what they will cost (issue 47, item 2): one line before a long run generates, from the decode
+"""Runs that say what they will cost: one line before a long run generates, from the decode
 speed measured on the loaded model; a task's default generation length suits the model."""
 
 from __future__ import annotations

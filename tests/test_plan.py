@@ -1,4 +1,4 @@
-"""The planner (issue 28, items 6-7): ``python -m evals.plan`` on the paper grid offline, its totals and CSV, one-line
+"""The planner: ``python -m evals.plan`` on the paper grid offline, its totals and CSV, one-line
 refusals, the deduplication of identical jobs and the step-time model (the memory model: tests/test_memory_model.py)."""
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def test_the_planner_imports_no_torch_reads_no_data_and_is_quick(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     rc, torch_before, torch_after, data, _seconds = out.stdout.split()[-5:]
     assert rc == "0" and data == "False", out.stderr
-    if torch_before == "False":  # once snapstream_core.methods imports no torch (issue 32), neither may the planner
+    if torch_before == "False":  # once snapstream_core.methods imports no torch, neither may the planner
         assert torch_after == "False"
 
 

@@ -1,5 +1,5 @@
 """The prefill's documented peak (``prefill_peak_bytes``) against tensor allocations tracked on CPU (``LiveBytes``),
-and the issue-28 bound: a long prompt with n = 2 peaks at most 400 MiB above a short one on SmolLM2."""
+and a bound on the long-prompt cost: a long prompt with n = 2 peaks at most 400 MiB above a short one on SmolLM2."""
 
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ def test_prefill_slots_are_the_methods():
 
 @pytest.mark.parametrize("name", ["snapstream", "snapkv", "streaming_llm"])
 def test_smollm2_long_prompt_n2_within_400_mib_of_short(smollm2, name):
-    """Issue 28's acceptance: prefill_prompt + n = 2 decode, a 7,836-token prompt vs a 256-token one (default
+    """The bound: prefill_prompt + n = 2 decode, a 7,836-token prompt vs a 256-token one (default
     knobs). The full cache (``none``) is left out: its 7.8k-token KV alone is 344 MiB per row in fp32."""
     model, _ = smollm2
     method = {"snapstream": ss.SnapStream(), "snapkv": ss.SnapKV(), "streaming_llm": ss.StreamingLLM()}[name]

@@ -1,4 +1,4 @@
-"""The runner asks the planner before any weights load on CUDA (issue 28 item 6): ``gen.rows=auto`` becomes the most
+"""The runner asks the planner before any weights load on CUDA: ``gen.rows=auto`` becomes the most
 rows that fit ``plan.memory_gib``, and a job that cannot fit is refused in one line naming the job and its need."""
 
 from __future__ import annotations
