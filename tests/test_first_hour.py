@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from evals.analysis.stats import wilson
 from evals.logonce import OnceFilter
-from evals.stats import wilson
 from tests.runner_utils import ROOT, TINY, compose_cfg
 
 # Runs the entry point in-process, then reports whether torch / transformers were imported.

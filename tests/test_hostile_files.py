@@ -19,8 +19,8 @@ from omegaconf import OmegaConf
 
 import tasks.livecodebench as lcb
 from evals.backends.replay import read_completions
-from evals.rows import done_keys, read_rows
-from evals.rundir import remove_if_empty
+from evals.record.rows import done_keys, read_rows
+from evals.record.rundir import remove_if_empty
 from snapstream_core.generate import SamplingConfig
 from tasks.base import iter_jsonl, read_records
 from tasks.livecodebench.grader import GradeSettings

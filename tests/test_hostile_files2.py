@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from evals.rows import read_rows
+from evals.record.rows import read_rows
 from evals.runner import run
 from tests.runner_utils import ROOT, TINY, cli, compose_cfg
 

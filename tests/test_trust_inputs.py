@@ -140,7 +140,7 @@ def test_the_embedded_model_is_labelled_as_the_quantised_file_it_is():
 
 
 def test_a_run_directory_has_one_writer_at_a_time(tmp_path):
-    from evals.rundir import LOCK, run_lock
+    from evals.record.rundir import LOCK, run_lock
 
     with run_lock(tmp_path):
         fd = os.open(tmp_path / LOCK, os.O_RDWR)
