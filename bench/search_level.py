@@ -3,10 +3,10 @@
 ``python -m bench.search_level [--searches 10000] [--margins 0.05,0.1,0.3]``: for every design of 2..30 items x 1, 2,
 4, 8, 16 samples of 0/1 outcomes, with every item's expected loss equal to the margin (items all-or-nothing, uniform,
 or skewed: a fifth-or-so of the items lose five margins), the share of simulated tests that call the budget safe,
-with the search's test (:func:`evals.noninferiority.p_items`) beside a paired t-test; then a loss above the margin
-(3 items x 4 samples, a true loss of 15 points against a 10-point margin). One line per worst case; the
-promise is a rate at most alpha + 3 Monte-Carlo standard errors. Then the power: the share of searches that show a
-10-point margin when nothing is lost (items' pass rates uniform in 30..90%), by items and samples per item.
+with the search's test (:func:`evals.analysis.noninferiority.p_items`) beside a paired t-test; then a loss above the
+margin (3 items x 4 samples, a true loss of 15 points against a 10-point margin). One line per worst case; the promise
+is a rate at most alpha + 3 Monte-Carlo standard errors. Then the power: the share of searches that show a 10-point
+margin when nothing is lost (items' pass rates uniform in 30..90%), by items and samples per item.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from evals.noninferiority import p_items, p_paired_t
+from evals.analysis.noninferiority import p_items, p_paired_t
 
 log = logging.getLogger("bench.search_level")
 ALPHA = 0.05

@@ -1,4 +1,4 @@
-"""Time of ``evals.summary.with_uncertainty`` (the bootstrap of ``summary.csv``) per task, on a 2-item and a
+"""Time of ``evals.analysis.summary.with_uncertainty`` (the bootstrap of ``summary.csv``) per task, on a 2-item and a
 200-item run, by the per-resample path (``fast=False``: the task's ``summarize`` on each of the 200 resamples, what
 every run paid before the ``item_terms`` hook) and by the fast path (one matrix product over the resamples' item
 counts); the largest difference between the two tables' ``value, stderr, ci_lo, ci_hi`` is written beside.
@@ -63,19 +63,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
 
-    from evals.summary import BOOTSTRAP_ITERS, with_uncertainty
+    from evals.analysis.summary import BOOTSTRAP_ITERS, SummaryContext, with_uncertainty
     from tasks import get_task
 
     stamp, results = datetime.now().isoformat(timespec="seconds"), []
     for name in SAMPLES:
         task = get_task(name)
-        cfg = OmegaConf.create({"task": {"name": name, **TASK_CFG.get(name, {})}, "model": {"thinking": False}})
+        ctx = SummaryContext(task_cfg=OmegaConf.create({"name": name, **TASK_CFG.get(name, {})}))
         for n_items in (int(n) for n in args.items.split(",")):
             rows = make_rows(name, n_items)
             seconds, tables = {}, {}
             for path, fast in (("per_resample", False), ("fast", True)):
                 start = time.perf_counter()
-                tables[path] = with_uncertainty(task, rows, cfg, fast=fast)
+                tables[path] = with_uncertainty(task, rows, ctx, fast=fast)
                 seconds[path] = time.perf_counter() - start
             cols = ["value", "stderr", "ci_lo", "ci_hi"]
             fast, slow = (tables[p][cols].to_numpy(float) for p in ("fast", "per_resample"))

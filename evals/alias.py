@@ -19,8 +19,8 @@ from typing import Any
 
 from evals.identity import fingerprint, sampler_of
 from evals.prompts import prompt_record
-from evals.rows import read_rows
-from evals.rundir import META, SAMPLES, read_meta
+from evals.record.rows import read_rows
+from evals.record.rundir import META, SAMPLES, read_meta
 from snapstream_core.methods import knob_names
 from snapstream_core.methods.none import NoCompression
 from tasks.base import Prompt

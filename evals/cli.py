@@ -155,7 +155,7 @@ def check_combination(overrides: list[str]):
     from hydra import compose
     from omegaconf import open_dict
 
-    from evals.rundir import check_writable
+    from evals.record.rundir import check_writable
     from evals.runner import check
 
     try:

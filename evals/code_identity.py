@@ -102,6 +102,6 @@ def grading_id(task: Any, setup: dict[str, Any]) -> str:
 @functools.lru_cache(maxsize=1)
 def commit() -> str | None:
     """The harness's git commit (None outside a git checkout), read once per process."""
-    from evals.rundir import git_commit
+    from evals.record.rundir import git_commit
 
     return git_commit()

@@ -70,10 +70,10 @@ def register_methods() -> list[str]:
     """Store :data:`KNOBS_NODE` and a node for every method of ``METHODS`` without a YAML file in Hydra's
     ``ConfigStore`` (again on each call: the registry may have grown; nodes of methods no longer registered are
     dropped). Returns the names stored as nodes; raises ``ValueError`` (one line) for a knob named like a row
-    column (:func:`evals.rows.check_knob_names`)."""
+    column (:func:`evals.record.rows.check_knob_names`)."""
     from hydra.core.config_store import ConfigStore
 
-    from evals.rows import check_knob_names
+    from evals.record.rows import check_knob_names
     from snapstream_core.methods import METHODS
 
     check_knob_names()  # a knob named like a row column is refused here, with one line

@@ -20,7 +20,7 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 
-from evals.throughput import rate_text
+from evals.record.throughput import rate_text
 
 log = logging.getLogger("evals.sweep")
 

@@ -16,7 +16,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from evals.rundir import write_atomic_bytes
+from evals.record.rundir import write_atomic_bytes
 from tasks.base import Prompt
 
 log = logging.getLogger(__name__)

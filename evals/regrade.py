@@ -14,8 +14,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from evals.rows import row_line
-from evals.rundir import write_atomic_bytes
+from evals.record.rows import row_line
+from evals.record.rundir import write_atomic_bytes
 from tasks.protocol import answer_part, score_all
 
 log = logging.getLogger(__name__)

@@ -59,7 +59,7 @@ def main(cfg: DictConfig) -> str | None:
     except KeyboardInterrupt:
         interrupted(base)
     except (ValueError, UserError) as exc:
-        from evals.rundir import remove_if_empty
+        from evals.record.rundir import remove_if_empty
 
         # Hydra's folder, if the run never started, and the folders above it up to out_root that this leaves empty
         remove_if_empty(Path(hc.runtime.output_dir), up_to=Path(str(cfg.out_root)))
@@ -68,7 +68,7 @@ def main(cfg: DictConfig) -> str | None:
     except OSError as exc:  # out of space, read-only, permission: the path and the reason, not a traceback
         if exc.errno not in USER_ERRNOS:
             raise
-        from evals.rundir import os_error_line
+        from evals.record.rundir import os_error_line
 
         print(f"error: {os_error_line(exc, hc.runtime.output_dir)}", file=sys.stderr)
         sys.exit(2)

@@ -21,14 +21,12 @@ from evals import strict
 from evals.backends import Request, Sample, backend_traits, make_backend
 from evals.backends.base import check_rows
 from evals.code_identity import commit, generation_id, grading_id, grading_setup
-from evals.geometry import row_geometry
-from evals.headline import show_headline
 from evals.identity import fingerprint, run_identity
 from evals.plan.measured import prompt_lengths
 from evals.prompts import PROMPTS, PromptStore, prompt_record
-from evals.regrade import generated_here, refresh_resumed, regrade
-from evals.rows import RowWriter, done_keys, read_rows, tidy
-from evals.rundir import (
+from evals.record.geometry import row_geometry
+from evals.record.rows import RowWriter, done_keys, read_rows, tidy
+from evals.record.rundir import (
     META,
     RESULTS,
     SAMPLES,
@@ -48,8 +46,10 @@ from evals.rundir import (
     write_atomic,
     write_hydra_files,
 )
+from evals.record.throughput import GenClock, rate_text
+from evals.regrade import generated_here, refresh_resumed, regrade
+from evals.report.headline import show_headline
 from evals.sample_cache import SampleCache, cache_dir, reused_row, sample_key_base
-from evals.throughput import GenClock, rate_text
 from snapstream_core.api import compression_from_config
 from snapstream_core.methods import knob_names
 from snapstream_core.methods.base import CompressionMethod
@@ -154,9 +154,9 @@ def check(cfg: DictConfig, *, offline: bool = False) -> Checked:
 
 
 def _number(gen: dict[str, Any], key: str, kind: type) -> int | float:
-    """``gen.<key>`` as an int or a float (:func:`evals.numbers.number`); anything else raises ``ValueError``
+    """``gen.<key>`` as an int or a float (:func:`evals.record.numbers.number`); anything else raises ``ValueError``
     naming the knob."""
-    from evals.numbers import number
+    from evals.record.numbers import number
 
     return number(gen[key], f"gen.{key}", kind)
 
@@ -339,12 +339,13 @@ def _run_locked(cfg: DictConfig, p: RunPlan, replay) -> Path:
     write_atomic(p.run_dir / META, json.dumps(meta, indent=2, default=str))
     write_atomic(p.run_dir / "resolved_config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     meta.update(_generate_and_score(cfg, p, p.items, replay))
-    from evals.summary import summarize  # numpy + pandas: not needed to check a config
+    from evals.analysis.summary import SummaryContext, summarize  # numpy + pandas: not needed to check a config
 
     rows = read_rows(p.run_dir / SAMPLES, p.fingerprint)
     df = tidy(rows)
     write_atomic(p.run_dir / SAMPLES_CSV, df.to_csv(index=False))
-    summary = summarize(p.task, df, cfg, p.method)
+    ctx = SummaryContext(cfg.task, bool(cfg.model.get("thinking", False)), str(cfg.model.name), str(cfg.task.name))
+    summary = summarize(p.task, df, ctx, p.method)
     write_atomic(p.run_dir / SUMMARY, summary.to_csv(index=False))
     meta.update(status="complete", finished=now(), n_rows=len(rows), n_items=len(p.items))
     write_atomic(p.run_dir / META, json.dumps(meta, indent=2, default=str))

@@ -35,7 +35,7 @@ from typing import Any
 
 from evals.identity import SAMPLERS, items_sha256
 from evals.private_files import untrusted
-from evals.rows import check_measured
+from evals.record.rows import check_measured
 
 log = logging.getLogger(__name__)
 

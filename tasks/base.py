@@ -185,7 +185,7 @@ def read_records(path: str | Path, field: str = "task.path") -> list[dict[str, A
 def refuse_surrogates(record: Mapping[str, Any], where: str) -> None:
     """Raise ``ValueError`` naming ``where`` and the field when a string of ``record`` (at any depth) holds a lone
     UTF-16 surrogate (JSON's ``"\\ud800"``): not text, and UTF-8 cannot hold it, so no prompt, row or file could.
-    Task data is refused before any work (a replayed completion is repaired instead: :mod:`evals.text`)."""
+    Task data is refused before any work (a replayed completion is repaired instead: :mod:`evals.record.text`)."""
     for name, value in record.items():
         stack = [value]
         while stack:

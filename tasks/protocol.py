@@ -65,15 +65,15 @@ OPTIONAL_HOOKS: dict[str, str] = {
                      "it: None (the task grades one way).",
     "per_problem": "per_problem(rows) -> DataFrame: a per-item table the report adds (AIME).",
     "item_terms": "item_terms(rows, *, cfg) -> DataFrame[item_id, metric, group, num, den]: summarize()'s metrics "
-                  "that are ratios of item sums, value = sum(num) / sum(den) (tasks.terms), so that evals.summary "
-                  "bootstraps them with a matrix product. Without it (or for a metric it leaves out): summarize() "
-                  "re-run on every resample.",
+                  "that are ratios of item sums, value = sum(num) / sum(den) (tasks.terms), so that "
+                  "evals.analysis.summary bootstraps them with a matrix product. Without it (or for a metric it "
+                  "leaves out): summarize() re-run on every resample.",
     "PRIMARY_METRIC": "PRIMARY_METRIC: str | None: the metric the report plots. Without it (or None): the first "
                       "metric summarize() reports.",
     "REPORT_METRICS": "REPORT_METRICS: tuple[str, ...]: the metrics the report tabulates by method and budget "
                       "(needle: accuracy and key_prefix). Without it: the primary metric.",
     "RATE_UNIT": "RATE_UNIT: 'percent' | 'fraction': how summarize() returns rates (on the task module or its "
-                 "summary submodule); evals.summary scales fractions to percent. Without it: percent.",
+                 "summary submodule); evals.analysis.summary scales fractions to percent. Without it: percent.",
     "REPORTS_STDERR": "REPORTS_STDERR: bool: summarize() reports its own standard errors (lm-eval), so no bootstrap "
                       "is run. Without it: False.",
 }

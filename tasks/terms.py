@@ -1,5 +1,5 @@
 """Item terms: a metric written as a ratio of sums over items, ``value = sum_i num_i / sum_i den_i``, so that
-:mod:`evals.summary` can bootstrap it with one matrix product instead of re-running ``summarize`` per resample.
+:mod:`evals.analysis.summary` can bootstrap it with one matrix product instead of re-running ``summarize`` per resample.
 
 The two shapes every metric of ours takes (the ``item_terms`` hook of a task returns their rows,
 ``item_id, metric, group, num, den``):

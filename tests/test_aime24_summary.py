@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 import tasks.aime24 as aime
-from evals.summary import behaviour_rows
+from evals.analysis.summary import behaviour_rows
 from tasks.aime24.data import Item
 
 # Three problems x 8 samples. (sample_idx, prediction, correct, finish_reason)
@@ -53,7 +53,7 @@ def test_pass_at_k_and_cons_against_hand_computed_values():
     assert metric(s, "cons@8") == (pytest.approx(1 / 3), 3)
     # answered: 24 rows, 2 + 1 + 8 = 11 without a prediction
     assert metric(s, "answered") == (pytest.approx(13 / 24), 24)
-    # lengths and cut generations are the shared behaviour rows of evals.summary, not AIME's own
+    # lengths and cut generations are the shared behaviour rows of evals.analysis.summary, not AIME's own
     assert not {"truncated", "gen_tokens_mean", "kv_tokens_peak_mean"} & set(s.metric)
     shared = pd.DataFrame(behaviour_rows(rows()))
     # the same 11 rows were cut by length

@@ -1,6 +1,6 @@
-"""The fast bootstrap of evals.summary (ratios of item sums from one matrix product over the resamples' item counts)
-gives the numbers of the per-resample ``summarize`` path, to 1e-9, on realistic rows of every task: several samples
-per item, breakdowns, a group only some items have, missing values, skipped rows; and it is what runs (one
+"""The fast bootstrap of evals.analysis.summary (ratios of item sums from one matrix product over the resamples' item
+counts) gives the numbers of the per-resample ``summarize`` path, to 1e-9, on realistic rows of every task: several
+samples per item, breakdowns, a group only some items have, missing values, skipped rows; and it is what runs (one
 ``summarize`` call, the point's) wherever a task's ``item_terms`` covers its metrics."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from evals.stats import ratio_replicates, resample_counts, resample_indices
-from evals.summary import with_uncertainty
+from evals.analysis.stats import ratio_replicates, resample_counts, resample_indices
+from evals.analysis.summary import SummaryContext, with_uncertainty
 from tasks import get_task
 from tasks.protocol import OPTIONAL_HOOKS, hook
 
@@ -25,7 +25,7 @@ NUMBERS = ["value", "stderr", "ci_lo", "ci_hi"]
 
 
 def cfg(task: dict | None = None, thinking: bool = False):
-    return OmegaConf.create({"task": task or {}, "model": {"thinking": thinking}})
+    return SummaryContext(task_cfg=OmegaConf.create(task or {}), thinking=thinking)
 
 
 def counted(name: str, *, hide_terms: bool = False) -> types.ModuleType:
@@ -153,7 +153,7 @@ def test_every_task_metric_is_covered():
             "output_limit", "data_error")},
     }
     for name, (make, conf) in CASES.items():
-        terms = hook(get_task(name), "item_terms")(make(), cfg=conf.task)
+        terms = hook(get_task(name), "item_terms")(make(), cfg=conf.task_cfg)
         assert set(terms["metric"]) == expected[name], name
         assert set(terms.columns) == {"item_id", "metric", "group", "num", "den"}
 
@@ -172,7 +172,7 @@ def test_aime_metrics_left_out_fall_back_and_still_agree(variant):
     cons@3); a problem whose rows name two exams: ``answered`` per exam filters rows, not problems."""
     rows = aime_rows(samples=lambda i: 3 + (i % 2)) if variant == "samples_vary" else aime_rows(two_exams=True)
     conf = CASES["aime24"][1]
-    terms = get_task("aime24").item_terms(rows, cfg=conf.task)
+    terms = get_task("aime24").item_terms(rows, cfg=conf.task_cfg)
     keys = set(zip(terms["metric"], terms["group"]))
     if variant == "samples_vary":
         assert not any(m.startswith("cons@") for m, _ in keys) and ("pass@1", "all") in keys
@@ -196,7 +196,7 @@ def test_terms_that_disagree_with_summarize_are_refused_with_a_warning(caplog):
         return out
 
     task.item_terms = wrong
-    with caplog.at_level(logging.WARNING, logger="evals.summary"):
+    with caplog.at_level(logging.WARNING, logger="evals.analysis.summary"):
         fast = with_uncertainty(task, rows, conf, iters=ITERS, wilson_rates=False)
     assert "key_prefix" in caplog.text and "summarize instead" in caplog.text
     assert task.calls == 1 + ITERS

@@ -10,9 +10,9 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from evals.geometry import dropped, keeps_every_token, mean_held, row_geometry
-from evals.headline import headline_text, run_results
-from evals.throughput import GenClock
+from evals.record.geometry import dropped, keeps_every_token, mean_held, row_geometry
+from evals.record.throughput import GenClock
+from evals.report.headline import headline_text, run_results
 from snapstream_core.methods import METHODS
 
 SHAPES = [(10, 0), (10, 5), (100, 3), (100, 50), (30, 200), (64, 1), (500, 1000)]

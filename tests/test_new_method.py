@@ -15,7 +15,7 @@ import torch
 
 import snapstream_core as ss
 from evals.identity import run_identity
-from evals.rows import row_columns, tidy
+from evals.record.rows import row_columns, tidy
 from snapstream_core import compression_from_config
 from snapstream_core.methods import METHODS, knob_names
 from snapstream_core.methods.base import CompressionMethod, PrefillView, Selection, check_positive, sink_and_tail_scores

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from evals.noninferiority import BOUNDED, fixed_sequence, noninferiority, p_betting, p_discordant, p_items
+from evals.analysis.noninferiority import BOUNDED, fixed_sequence, noninferiority, p_betting, p_discordant, p_items
 
 ALPHA = 0.05
 SEARCHES = 4000

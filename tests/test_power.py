@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from evals.noninferiority import noninferiority
-from evals.power import exact_items_needed, exact_power, items_needed, mde, mde_80, t_power, variance_parts
+from evals.analysis.noninferiority import noninferiority
+from evals.analysis.power import exact_items_needed, exact_power, items_needed, mde, mde_80, t_power, variance_parts
 
 # TTestPower().power(effect_size=e, nobs=n, alpha=a, alternative=alt), statsmodels 0.14.5
 POWER_CASES = [
@@ -81,7 +81,8 @@ def _run(root, name, method, budget, correct):
 
 
 def test_power_command_sizes_a_benchmark_from_a_pilot(tmp_path, capsys):
-    from evals.power import main, power_table
+    from evals.power import main
+    from evals.report.power import power_table
 
     rng = np.random.default_rng(0)
     q = rng.uniform(0.1, 0.9, size=(30, 1))

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import snapstream_core as ss
-from evals.rows import row_columns
+from evals.record.rows import row_columns
 from snapstream_core import compression_from_config
 from tests.runner_utils import TINY, compose_cfg
 

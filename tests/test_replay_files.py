@@ -11,7 +11,7 @@ import pytest
 
 import tasks.base
 from evals.backends.replay import read_completions
-from evals.rows import read_rows
+from evals.record.rows import read_rows
 from evals.runner import run
 from tests.refusals import DEEP, one_line_error
 from tests.runner_utils import compose_cfg

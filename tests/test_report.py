@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from evals.power import mde_80
+from evals.analysis.power import mde_80
+from evals.analysis.stats import paired_bootstrap
 from evals.report import breakdown_tables, collect, headline, main, pivots, write_report
 from evals.report.paired import item_scores, paired_deltas
-from evals.stats import paired_bootstrap
 
 KNOBS = {"window": 32, "pooling": "max", "gqa_agg": "mean", "positions": "original"}
 RUNS = [  # run, method, prompt_budget, recent, kernel, sinks, per-item correct (4 items), accuracy depth=middle
@@ -129,7 +129,7 @@ def test_report_writes_markdown_html_and_plots_and_prints_headline(tmp_path, cap
                                                                                            False)
     assert set(deltas["method"]) == {"snapkv", "streaming_llm"}  # one row per compressed run with a reference
     assert np.isnan(k7["mde_80"])  # every item lost: no paired spread to size a test from
-    for _, row in deltas.iterrows():  # mde_80: evals.power.mde_80 of the paired per-item differences
+    for _, row in deltas.iterrows():  # mde_80: evals.analysis.power.mde_80 of the paired per-item differences
         run, ref = head[head["label"] == row["label"]].iloc[0], head[head["method"] == "none"].iloc[0]
         d = item_scores(run["run_dir"], 100.0) - item_scores(ref["run_dir"], 100.0)
         assert row["mde_80"] == pytest.approx(mde_80(d.to_numpy()), nan_ok=True)

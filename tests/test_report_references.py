@@ -12,7 +12,7 @@ from evals.report.references import load_references, published_stderr, reference
 
 
 def summary(rows):
-    base = {"method": "none", "stderr": 2.0, "unit": "%", "run": "r"}  # "%": the unit evals.summary writes
+    base = {"method": "none", "stderr": 2.0, "unit": "%", "run": "r"}  # "%": the unit evals.analysis.summary writes
     return pd.DataFrame([{**base, **r} for r in rows])
 
 
@@ -213,7 +213,7 @@ def test_compressed_references_carry_a_setup_diff():
 def test_a_bounded_lm_eval_metric_keeps_its_interval_in_range():
     """lm-eval's median-aggregated 0/1 metric: value 0 with a stderr of 0.487 gets [0, 0.955], not [-0.955, 0.955];
     a metric without known bounds keeps the plain normal interval."""
-    from evals.summary import fold_own_stderr
+    from evals.analysis.summary import fold_own_stderr
 
     point = pd.DataFrame({"metric": ["exact_match,none", "exact_match_stderr,none", "perplexity,none",
                                      "perplexity_stderr,none"], "group": ["all"] * 4, "value": [0.0, 0.487, 3.0, 4.0]})

@@ -1,4 +1,4 @@
-"""From a replayed run through ``evals.summary`` to ``evals.report``, with no hand-built summary: the published
+"""From a replayed run through ``evals.analysis.summary`` to ``evals.report``, with no hand-built summary: the published
 references appear beside our value when the protocol matches, and are listed as not comparable when it does not."""
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import tasks.base
-from evals.rows import RowWriter, done_keys, read_rows
+from evals.record.rows import RowWriter, done_keys, read_rows
 from tasks.base import iter_jsonl
 from tests.refusals import one_line_error
 
@@ -80,7 +80,7 @@ def test_the_row_writer_repairs_surrogates_in_keys_values_and_tuples_and_appends
 
 def test_the_row_writer_never_writes_a_line_its_reader_refuses(tmp_path, caplog):
     """A row longer than the line bound is cut (longest texts first, each with a note), never written whole."""
-    from evals.rows import row_line
+    from evals.record.rows import row_line
 
     limit = 4096
     line = row_line({"item_id": "q", "sample_idx": 0, "completion": "é" * 10_000, "error": "e" * 3000}, limit)

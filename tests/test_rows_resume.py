@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from evals.rows import read_rows
+from evals.record.rows import read_rows
 from evals.runner import run
 from tests.refusals import one_line_error
 from tests.runner_utils import cli, compose_cfg

@@ -44,7 +44,7 @@ def test_a_parallel_sweep_writes_every_row_once(tmp_path, launcher, methods, n_r
 
 
 def test_a_run_directory_has_one_writer_at_a_time(tmp_path):
-    from evals.rundir import LOCK, run_lock
+    from evals.record.rundir import LOCK, run_lock
 
     with run_lock(tmp_path):
         fd = os.open(tmp_path / LOCK, os.O_RDWR)

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from evals.cli import precheck
-from evals.rows import row_columns
+from evals.record.rows import row_columns
 from evals.runner import run
 from tests.runner_utils import ROOT, TINY, cli, compose_cfg
 

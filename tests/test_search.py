@@ -9,9 +9,8 @@ from types import SimpleNamespace
 
 import pandas as pd
 import pytest
-from omegaconf import OmegaConf
 
-from evals.noninferiority import NonInferiority
+from evals.analysis.noninferiority import NonInferiority
 from evals.search import run_sequence, split_args
 from evals.search.__main__ import main
 from evals.search.runs import check_searchable
@@ -85,9 +84,8 @@ def test_a_method_without_a_budget_is_refused(monkeypatch):
             return ["sinks", "recent"]
 
     monkeypatch.setitem(__import__("evals.search.runs", fromlist=["METHODS"]).METHODS, "fixed", Fixed)
-    cfg = OmegaConf.create({"compression": {"method": "fixed"}, "task": {"name": "needle"}})
     with pytest.raises(ValueError, match="compression=fixed: has no budget to search over"):
-        check_searchable(cfg)
+        check_searchable("fixed", "needle", "needle")
 
 
 def _rows(run_dir: str) -> int:
@@ -162,7 +160,7 @@ def test_a_sweep_runs_one_search_per_combination_over_one_full_cache(tmp_path, c
 
 
 def test_search_knobs_read_numbers_as_evals_run_does():
-    """``5e-1`` is a number for the search's knobs as for evals.run's (Hydra's grammar, evals/numbers.py)."""
+    """``5e-1`` is a number for the search's knobs as for evals.run's (Hydra's grammar, evals/record/numbers.py)."""
     opts, rest = split_args(["compression=snapkv", "search.max_loss=5e-1", "search.alpha=2.5e-2",
                              "search.budgets=[256,512]"])
     assert (opts.max_loss, opts.alpha, opts.budgets) == (0.5, 0.025, (256, 512)) and rest == ["compression=snapkv"]
@@ -170,8 +168,8 @@ def test_search_knobs_read_numbers_as_evals_run_does():
 
 
 def _search_rows(max_loss: float, budgets=(64, 128), overrides=("compression=snapkv",)):
+    from evals.analysis.sequential import NOT_TESTED, Step
     from evals.search.output import rows
-    from evals.search.procedure import NOT_TESTED, Step
 
     return rows("m", "needle", "snapkv", [Step(b, NOT_TESTED) for b in budgets], max_loss, 0.05, {},
                 overrides=list(overrides))

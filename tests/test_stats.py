@@ -1,4 +1,4 @@
-"""evals.stats against values computed by hand: standard errors, bootstrap intervals, paired deltas."""
+"""evals.analysis.stats against values computed by hand: standard errors, bootstrap intervals, paired deltas."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from evals.stats import bootstrap, bootstrap_mean, mean_stderr, paired_bootstrap, sign_flip_p, wilson
+from evals.analysis.stats import bootstrap, bootstrap_mean, mean_stderr, paired_bootstrap, sign_flip_p, wilson
 
 
 def test_mean_stderr_is_the_sample_std_over_root_n():

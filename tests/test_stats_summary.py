@@ -1,5 +1,5 @@
-"""evals.summary's uncertainty columns on a toy task with known per-item outcomes: item-level bootstrap (samples
-stay with their item), percent units, and lm-eval's own standard errors moved into the stderr column."""
+"""evals.analysis.summary's uncertainty columns on a toy task with known per-item outcomes: item-level bootstrap
+(samples stay with their item), percent units, and lm-eval's own standard errors moved into the stderr column."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from evals.stats import wilson
-from evals.summary import fold_own_stderr, with_uncertainty
+from evals.analysis.stats import wilson
+from evals.analysis.summary import SummaryContext, fold_own_stderr, with_uncertainty
 from tasks import terms
 
-CFG = OmegaConf.create({"task": {}, "model": {"thinking": False}})
+CFG = SummaryContext(task_cfg=OmegaConf.create({}))
 
 
 def toy_task(unit: str, with_terms: bool = True) -> types.ModuleType:

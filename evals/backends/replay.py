@@ -11,8 +11,8 @@ import logging
 from pathlib import Path
 
 from evals.backends.base import Request, Sample
-from evals.rows import check_measured
-from evals.text import repair_surrogates
+from evals.record.rows import check_measured
+from evals.record.text import repair_surrogates
 from tasks.base import Prompt, iter_jsonl
 
 log = logging.getLogger(__name__)

@@ -9,15 +9,14 @@ configuration; runs without a ``meta.json`` fall back to the only ``none`` run o
 
 One basis per row: ``value_paired``, ``reference_paired`` and ``delta`` are all on the ``n_paired`` items both runs
 scored; ``n_run`` and ``n_reference`` are each run's own items, and ``subset`` flags a pairing on fewer items than
-either. Interval (paired bootstrap) and p-value (sign-flip test): :func:`evals.stats.paired_bootstrap`.
+either. Interval (paired bootstrap) and p-value (sign-flip test): :func:`evals.analysis.stats.paired_bootstrap`.
 
 Where compression acted: an item on which some sample of the run dropped a token (the row's ``compressed``,
-:mod:`evals.geometry`); ``delta_acted`` is Δ on those items alone (``n_acted``), so that items a method kept whole
-do not dilute its effect (``value_acted`` and ``reference_acted``: each run's score on them).
-``gen_tokens_change``: mean generated tokens per item, run − full cache, on the paired items (compression can make
-a reasoning model think longer).
-``mde_80``: the smallest true difference this comparison detects with 80% power
-(:func:`evals.power.mde_80`, from the paired differences).
+:mod:`evals.record.geometry`); ``delta_acted`` is Δ on those items alone (``n_acted``), so that items a method kept
+whole do not dilute its effect (``value_acted`` and ``reference_acted``: each run's score on them).
+``gen_tokens_change``: mean generated tokens per item, run − full cache, on the paired items (compression can make a
+reasoning model think longer). ``mde_80``: the smallest true difference this comparison detects with 80% power
+(:func:`evals.analysis.power.mde_80`, from the paired differences).
 """
 
 from __future__ import annotations
@@ -29,8 +28,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from evals.power import mde_80
-from evals.stats import paired_bootstrap
+from evals.analysis.power import mde_80
+from evals.analysis.stats import paired_bootstrap
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ read as the same field) and its ``cap``, what that budget bounds (:data:`snapstr
 run's cap is its method's ``CompressionMethod.budget_cap``. Only the same budget and the same cap compare: otherwise the
 row is **not comparable**, with the reason (a figure at 512 whole-cache entries says nothing about 512 prompt entries,
 which on a short prompt keep every token). Models are matched by their config name, so the smoke models never match.
-Rates are compared in percent: the unit ``evals.summary`` writes (``%``), or a row without a unit.
+Rates are compared in percent: the unit ``evals.analysis.summary`` writes (``%``), or a row without a unit.
 
 Protocol. An entry's ``protocol`` names settings that change *what* the figure measures (LongBench-v2 with or without
 chain of thought), as dotted paths into the run's identity (``meta.json``). A run whose setting differs, or that has
@@ -19,11 +19,10 @@ how the budget applies); they are shown beside our interval as a diff, never use
 Uncertainty. A published figure comes without its own error; we give it the largest standard error a mean over
 ``n_items`` per-item rates in 0..1 can have, ``sqrt(p (1 - p) / n_items)`` (exact for one sample per item; an upper
 bound with several, which average the sampling noise out), and the Wilson 95% interval of a proportion ``p`` on
-``n_items`` (:func:`evals.stats.bounded_rate_interval`: inside 0..100, of non-zero width at 0 and 100, conservative
-for items averaged over samples). Ours is the run's ``stderr`` (over items). The two
-differ significantly when ``|ours - published| > 1.96 * sqrt(se_ours^2 + se_published^2)``: such a row is flagged
-``outside``. A run over fewer items than the reference (``task.limit``, another window) is compared but marked
-``subset``.
+``n_items`` (:func:`evals.analysis.stats.bounded_rate_interval`: inside 0..100, of non-zero width at 0 and 100,
+conservative for items averaged over samples). Ours is the run's ``stderr`` (over items). The two differ significantly
+when ``|ours - published| > 1.96 * sqrt(se_ours^2 + se_published^2)``: such a row is flagged ``outside``. A run over
+fewer items than the reference (``task.limit``, another window) is compared but marked ``subset``.
 """
 
 from __future__ import annotations
@@ -35,12 +34,13 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from evals.stats import bounded_rate_interval
+from evals.analysis.stats import bounded_rate_interval
 
 REFERENCES_FILE = Path(__file__).with_name("references.yaml")
 Z95 = 1.959963984540054
 KEYS = ("model", "task", "metric", "group")
-RATE_UNITS = ("%", "percent", "")  # what evals.summary writes for a rate; "percent" and "" from older summaries
+# what evals.analysis.summary writes for a rate; "percent" and "" from older summaries
+RATE_UNITS = ("%", "percent", "")
 # setup key -> dotted path into the run's identity (meta.json); "template" is looked up by the model's family
 SETUP_PATHS = {"samples": "gen.n_samples", "temperature": "gen.temperature", "top_p": "gen.top_p",
                "max_new_tokens": "gen.max_new_tokens"}

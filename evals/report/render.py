@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from evals.analysis.stats import SMALL_N
+from evals.record.rundir import os_error_line
 from evals.report.escape import md_cell
 from evals.report.footprint import inversion_notes, kv_at_max_new
 from evals.report.load import collect, identities
@@ -20,8 +22,6 @@ from evals.report.plots import plot
 from evals.report.references import budget_text, reference_table
 from evals.report.system import system_columns, throughput_table
 from evals.report.tables import NOT_MEANINGFUL, behaviour_table, breakdown_tables, headline, pivots, task_title
-from evals.rundir import os_error_line
-from evals.stats import SMALL_N
 from tasks.protocol import hook
 
 log = logging.getLogger("evals.report")
@@ -55,7 +55,7 @@ def deltas_table(head: pd.DataFrame, deltas: pd.DataFrame) -> pd.DataFrame:
     ``delta_acted`` is Δ on the ``n_acted`` items where the method dropped a token (``value_acted`` and
     ``reference_acted`` the two runs' scores on them); ``gen_tokens_change`` the mean
     generated tokens per item, run − full cache; ``mde_80`` the smallest true difference the comparison
-    detects with 80% power (:func:`evals.power.mde_80`)."""
+    detects with 80% power (:func:`evals.analysis.power.mde_80`)."""
     if deltas.empty:
         return pd.DataFrame(columns=DELTAS_COLUMNS)
     values = head.set_index("run")

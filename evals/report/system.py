@@ -1,6 +1,6 @@
-"""Per run, what the system did: throughput (generated tokens ÷ wall time of generation, :mod:`evals.throughput`)
+"""Per run, what the system did: throughput (generated tokens ÷ wall time of generation, :mod:`evals.record.throughput`)
 with the rows it held, the mean per-sample latency, and whether the method kept every token of every sample
-(:mod:`evals.geometry`, decided from the method and the measured prompt and generation lengths, for every run,
+(:mod:`evals.record.geometry`, decided from the method and the measured prompt and generation lengths, for every run,
 whether or not its rows carry ``compressed``).
 """
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from evals.geometry import keeps_every_token
-from evals.throughput import rate_text, throughput
+from evals.record.geometry import keeps_every_token
+from evals.record.throughput import rate_text, throughput
 
 COLUMNS = ["tokens_per_s", "rows_held", "latency_s_mean", "keeps_all"]
 

@@ -9,9 +9,9 @@ import math
 
 import pandas as pd
 
-from evals.stats import SMALL_N
-from evals.summary import identity_extra
-from evals.throughput import rate_text
+from evals.analysis.stats import SMALL_N
+from evals.analysis.summary import identity_extra
+from evals.record.throughput import rate_text
 from snapstream_core.methods import METHODS, knob_names
 from tasks.protocol import hook
 

@@ -9,11 +9,12 @@ longest prompt of the full-cache run).
 ordinary run directory under ``out_root`` (``evals.runner.run``: resumed, reused when complete, copied from the full
 cache when the budget keeps every token). At each budget the null hypothesis "loss >= max_loss" is tested one-sided at
 level ``alpha`` on the per-item paired differences with the full cache (same items, samples and seeds;
-:func:`evals.noninferiority.noninferiority`: exact on discordant items for 0/1 items, a test by betting on per-item
-means otherwise). The first budget not shown safe ends the search: it and every smaller budget are not claimed, and the
-smaller ones are not run. This is the fixed-sequence procedure (:func:`evals.noninferiority.fixed_sequence`): each test
-uses the whole ``alpha`` and the family-wise error of the search, the probability of calling any budget safe whose loss
-is in fact at least ``max_loss``, is at most ``alpha`` whatever the true losses are.
+:func:`evals.analysis.noninferiority.noninferiority`: exact on discordant items for 0/1 items, a test by betting on
+per-item means otherwise). The first budget not shown safe ends the search: it and every smaller budget are not claimed,
+and the smaller ones are not run. This is the fixed-sequence procedure
+(:func:`evals.analysis.noninferiority.fixed_sequence`): each test uses the whole ``alpha`` and the family-wise error of
+the search, the probability of calling any budget safe whose loss is in fact at least ``max_loss``, is at most ``alpha``
+whatever the true losses are.
 
 **Assumption: the loss does not shrink when the budget shrinks** (monotone in the budget). The error guarantee above
 does not need it; what needs it is reading the answer: the search stops at the first failure, so a smaller budget
@@ -22,7 +23,7 @@ that would pass after a larger one failed is never tested (the order is fixed in
 monotone. Details: ``docs/search.md``.
 """
 
+from evals.analysis.sequential import Step, run_sequence
 from evals.search.options import SearchOptions, split_args
-from evals.search.procedure import Step, run_sequence
 
 __all__ = ["SearchOptions", "Step", "run_sequence", "split_args"]

@@ -12,18 +12,11 @@ import logging
 import sys
 from pathlib import Path
 
+from evals.analysis.sequential import run_sequence
+from evals.report.search_measure import headline_of, kv_ratio, longest_prompt, measure
 from evals.search import output
 from evals.search.options import FIRST_BUDGET, SearchOptions, split_args
-from evals.search.procedure import run_sequence
-from evals.search.runs import (
-    budget_knob,
-    check_searchable,
-    headline_of,
-    kv_ratio,
-    longest_prompt,
-    measure,
-    with_compression,
-)
+from evals.search.runs import budget_knob, check_searchable, with_compression
 
 log = logging.getLogger("evals.search")
 
@@ -48,7 +41,7 @@ def search_one(combo: list[str], opts: SearchOptions) -> str:
     say(f"search: {title}: running (or reusing) the full cache, the reference of every test")
     reference = headline_of(run(_compose(with_compression(combo, "none"))), task)
     longest = longest_prompt(reference.run_dir)
-    knob = budget_knob(cfg)
+    knob = budget_knob(str(cfg.compression.method))
     from snapstream_core.methods import METHODS
 
     whole = METHODS[method].budget_cap == "cache"  # the budget bounds the prompt and what is generated
@@ -95,8 +88,9 @@ def _combos(rest: list[str], opts: SearchOptions) -> list[list[str]]:
             for combo in combos:
                 try:
                     cfg = _compose(combo)
-                    check_searchable(cfg)
-                    knob = budget_knob(cfg)
+                    method = str(cfg.compression.method)
+                    check_searchable(method, cfg.task.get("module") or cfg.task.name, cfg.task.name)
+                    knob = budget_knob(method)
                     knobs.add(knob)
                     context = cfg.model.get("max_context") or (cfg.model.get("shape") or {}).get("max_positions")
                     if context is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from evals.numbers import number, read_value
+from evals.record.numbers import number, read_value
 
 ALPHA = 0.05
 KEYS = ("budgets", "max_loss", "alpha")
@@ -56,7 +56,7 @@ class SearchOptions:
 
 def split_args(argv: list[str]) -> tuple[SearchOptions, list[str]]:
     """``(options, the other arguments)``; ``search.<key>=<value>`` values are read with Hydra's override grammar,
-    as ``evals.run`` reads its own (``[256,512]``, ``2.5``, ``5e-1``; :mod:`evals.numbers`).
+    as ``evals.run`` reads its own (``[256,512]``, ``2.5``, ``5e-1``; :mod:`evals.record.numbers`).
     Raises ``ValueError`` naming the knob: unknown ``search.*`` keys, a missing ``search.max_loss``, bad values, and
     the budget knobs the search sets itself."""
     found: dict[str, object] = {}

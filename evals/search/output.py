@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from evals.search.procedure import NOT_TESTED, Step, answer
+from evals.analysis.sequential import NOT_TESTED, Step, answer
 
 COLUMNS = ["search_id", "model", "task", "method", "budget", "kv_ratio", "n_items", "value", "reference", "delta",
            "ci_low", "ci_high", "verdict", "p_noninferiority", "test", "max_loss", "alpha", "budgets", "overrides",
@@ -56,7 +56,7 @@ def write_csv(out_root: Path, frame: pd.DataFrame) -> Path:
     exclusive ``flock`` on ``<out_root>/.search.csv.lock`` (two searches ending together both keep their rows), and
     the file is replaced atomically (a reader never sees half of it). Rows of an older file without ``search_id``
     are kept as they are."""
-    from evals.rundir import write_atomic
+    from evals.record.rundir import write_atomic
 
     out_root = Path(out_root)
     out_root.mkdir(parents=True, exist_ok=True)

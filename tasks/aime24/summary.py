@@ -14,7 +14,7 @@ paper's "pass@1 50.4"). Definitions, per problem i with n_i samples of which c_i
 Rows whose ``</think>`` never came are graded as ``task.protocol`` says (see :mod:`tasks.aime24`); their share
 is ``share_think_unclosed`` in the summary, per method and budget.
 
-Lengths, the share cut by ``max_new_tokens`` and KV figures are added for every task by :mod:`evals.summary`
+Lengths, the share cut by ``max_new_tokens`` and KV figures are added for every task by :mod:`evals.analysis.summary`
 (``mean_gen_tokens``, ``share_gen_truncated``, ...), which also scales these fractions to percent (``RATE_UNIT``).
 
 ``group`` is ``"all"`` or ``"exam=2024-I"`` / ``"exam=2024-II"`` (pass@1 and answered per exam).
@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 
 KS = (1, 4, 8, 16, 32, 64)
 SUMMARY_COLUMNS = ["metric", "group", "value", "n"]
-RATE_UNIT = "fraction"  # evals.summary scales rates to percent
+RATE_UNIT = "fraction"  # evals.analysis.summary scales rates to percent
 
 
 def prediction_key(value: Any) -> str | None:

@@ -23,7 +23,7 @@ pd = LazyModule("pandas")  # imported at first use: the planner imports task mod
 
 DEFAULT_KS = (1, 2, 4, 5, 8, 10, 16, 32, 64)
 BREAKDOWNS = ("difficulty", "platform")
-RATE_UNIT = "fraction"  # evals.summary scales rates to percent
+RATE_UNIT = "fraction"  # evals.analysis.summary scales rates to percent
 
 
 def _groups(rows: pd.DataFrame) -> Iterable[tuple[str, pd.DataFrame]]:

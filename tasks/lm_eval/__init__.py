@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 # Per lm-eval task: the first row of its summary (``task.metric``, else its first metric under its first filter).
 PRIMARY_METRIC = None
-REPORTS_STDERR = True  # summarize gives lm-eval's own <metric>_stderr rows; evals.summary does not bootstrap
+REPORTS_STDERR = True  # summarize gives lm-eval's own <metric>_stderr rows; evals.analysis.summary does not bootstrap
 
 
 @dataclass(frozen=True)

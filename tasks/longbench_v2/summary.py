@@ -8,7 +8,7 @@ Metrics, all in percent (0..100) as ``result.py`` prints them, each with ``n`` =
 
 - ``skipped``: share of rows left out (only under ``task.protocol=drop_empty``: an empty answer part); ``n`` = all
   rows. Always 0 under ``strict`` and ``raw``, which keep every item in every denominator. The share of samples whose
-  thinking did not finish is the run's ``share_think_unclosed`` row (:mod:`evals.summary`, thinking models).
+  thinking did not finish is the run's ``share_think_unclosed`` row (:mod:`evals.analysis.summary`, thinking models).
 
 With several samples per item, each item counts once, with its mean over its kept samples (an item with no kept
 sample is left out). Unrounded (``result.py`` rounds to one decimal when printing).

@@ -17,14 +17,14 @@ are what a benchmark draws from a population; samples of one item are not indepe
 
 - :func:`wilson`: the Wilson score interval of a proportion ``k / n`` (Wilson 1927): inside [0, 1], of non-zero width
   at ``k = 0`` and ``k = n`` (where a bootstrap of a constant gives a false zero-width interval), and close to nominal
-  coverage down to a few items (Brown, Cai & DasGupta 2001). ``evals.summary`` uses it for every rate whose items
-  each score 0 or 1 (one sample per item, or a per-item verdict); other metrics keep the percentile bootstrap.
+  coverage down to a few items (Brown, Cai & DasGupta 2001). ``evals.analysis.summary`` uses it for every rate whose
+  items each score 0 or 1 (one sample per item, or a per-item verdict); other metrics keep the percentile bootstrap.
 
 - :func:`bounded_rate_interval`: for a rate whose items score anywhere in [0, 1] (pass@1 over several samples), the
   Wilson interval of the mean over the items: a variable in [0, 1] with mean ``p`` has variance at most
-  ``p (1 - p)``, so the interval is conservative at any n. ``evals.summary`` uses it where the percentile bootstrap is
-  not valid: fewer than ``SMALL_N`` items, or a bootstrap of equal values (zero width, which no data supports).
-  A metric that is not a rate gets no interval there (``n.m.``, not meaningful) rather than a zero-width one;
+  ``p (1 - p)``, so the interval is conservative at any n. ``evals.analysis.summary`` uses it where the percentile
+  bootstrap is not valid: fewer than ``SMALL_N`` items, or a bootstrap of equal values (zero width, which no data
+  supports). A metric that is not a rate gets no interval there (``n.m.``, not meaningful) rather than a zero-width one;
   :func:`paired_bootstrap` likewise gives no interval when every paired difference is equal.
 
 Every function takes a ``seed``; the same inputs and seed give the same numbers.

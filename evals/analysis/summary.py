@@ -11,26 +11,27 @@ Units, one per metric kind (the ``unit`` column says which):
 
 Behaviour columns shared by all tasks, the ones that explain a drop: ``share_gen_truncated`` (generation stopped
 by ``max_new_tokens``, ``finish_reason == "length"``), ``share_compressed`` (the method dropped a token of the sample,
-:mod:`evals.geometry`; 0 for a run that keeps every token), ``mean_kv_tokens_mean`` (KV tokens held, mean over
+:mod:`evals.record.geometry`; 0 for a run that keeps every token), ``mean_kv_tokens_mean`` (KV tokens held, mean over
 decoding, beside ``mean_kv_tokens_peak``), ``share_prompt_truncated`` (prompt cut to the context
 limit, the row's ``truncated``), ``share_think_unclosed`` (a thinking model that never closed ``</think>``).
 
 Intervals of rates whose items each score 0 or 100 % (one sample per item, or a per-item verdict) are Wilson score
-intervals over the items (:func:`evals.stats.wilson`: right at 0 and at n, where a bootstrap of a constant gives a
-zero-width interval); ``ci_method`` says which interval a row has (``wilson``, ``bootstrap``, ``normal``,
+intervals over the items (:func:`evals.analysis.stats.wilson`: right at 0 and at n, where a bootstrap of a constant
+gives a zero-width interval); ``ci_method`` says which interval a row has (``wilson``, ``bootstrap``, ``normal``,
 ``wilson_bounded``, ``n.m.``). Other rates on fewer than ``SMALL_N`` items, or whose bootstrap collapses to a point
-(every item scored the same fraction), get the bounded Wilson interval (:func:`evals.stats.bounded_rate_interval`);
-another metric whose bootstrap collapses gets no interval (``n.m.``), never a zero-width one.
+(every item scored the same fraction), get the bounded Wilson interval
+(:func:`evals.analysis.stats.bounded_rate_interval`); another metric whose bootstrap collapses gets no interval
+(``n.m.``), never a zero-width one.
 
 Uncertainty otherwise: the task's ``summarize`` is recomputed on ``BOOTSTRAP_ITERS`` resamples of the **items** (an
 item keeps all its samples, so pass@k and cons@n resample problems with their samples); ``stderr`` is the replicates'
-standard deviation and ``ci_lo``/``ci_hi`` their 2.5/97.5 percentiles (:mod:`evals.stats`). A metric that is a ratio of
-item sums (every behaviour row, and what the task's ``item_terms`` hook covers: :mod:`tasks.terms`) gets the same
-replicates from one matrix product over the resamples' item counts instead of a ``summarize`` per resample; its
-terms are checked against the point value first (a mismatch is logged and that metric takes the slow path). A task
-that reports its own
-standard errors (``REPORTS_STDERR``, lm-eval's ``<metric>_stderr,<filter>`` rows) has them moved into the ``stderr``
-column with a normal interval ``value ± 1.96 stderr``, cut to [0, 1] for a metric bounded there (``UNIT_INTERVAL``).
+standard deviation and ``ci_lo``/``ci_hi`` their 2.5/97.5 percentiles (:mod:`evals.analysis.stats`). A metric that is a
+ratio of item sums (every behaviour row, and what the task's ``item_terms`` hook covers: :mod:`tasks.terms`) gets the
+same replicates from one matrix product over the resamples' item counts instead of a ``summarize`` per resample; its
+terms are checked against the point value first (a mismatch is logged and that metric takes the slow path). A task that
+reports its own standard errors (``REPORTS_STDERR``, lm-eval's ``<metric>_stderr,<filter>`` rows) has them moved into
+the ``stderr`` column with a normal interval ``value ± 1.96 stderr``, cut to [0, 1] for a metric bounded there
+(``UNIT_INTERVAL``).
 """
 
 from __future__ import annotations
@@ -40,12 +41,14 @@ import math
 import re
 import sys
 from collections import Counter
+from dataclasses import dataclass
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from evals.stats import (
+from evals.analysis.stats import (
     SEED,
     SMALL_N,
     bounded_rate_interval,
@@ -78,6 +81,18 @@ Z95 = 1.959963984540054
 # their normal interval is cut to that range (a median-aggregated 0/1 metric has a stderr near 0.5)
 UNIT_INTERVAL = frozenset({"acc", "acc_norm", "acc_mutual_info", "exact_match", "em", "f1", "mc1", "mc2", "contains",
                            "pass@1", "likelihood"})
+
+
+@dataclass(frozen=True)
+class SummaryContext:
+    """What a summary needs of the run's settings: the task's own config node (``task.summarize(rows, cfg=...)``),
+    whether the model thinks (the behaviour rows then count unfinished thoughts), and the model and task names the
+    summary rows carry."""
+
+    task_cfg: Any
+    thinking: bool = False
+    model: str = ""
+    task: str = ""
 
 
 def identity_extra() -> list[str]:
@@ -117,7 +132,7 @@ def _behaviour(rows: pd.DataFrame, thinking: bool) -> list[tuple[str, pd.Series,
             out.append((f"mean_{col}", values, values.notna(), 1.0))
     if "finish_reason" in rows.columns:
         out.append(("share_gen_truncated", rows["finish_reason"] == "length", rows["finish_reason"].notna(), 100.0))
-    if "compressed" in rows.columns:  # the method dropped a token of the sample (evals/geometry.py)
+    if "compressed" in rows.columns:  # the method dropped a token of the sample (evals/record/geometry.py)
         out.append(("share_compressed", _truthy(rows["compressed"]), rows["compressed"].notna(), 100.0))
     if "truncated" in rows.columns:
         out.append(("share_prompt_truncated", _truthy(rows["truncated"]), rows["truncated"].notna(), 100.0))
@@ -150,14 +165,14 @@ def _scale_rates(task: ModuleType, frame: pd.DataFrame, column: str) -> pd.DataF
     return frame
 
 
-def metric_rows(task: ModuleType, rows: pd.DataFrame, cfg) -> pd.DataFrame:
+def metric_rows(task: ModuleType, rows: pd.DataFrame, ctx: SummaryContext) -> pd.DataFrame:
     """The task's metrics (rates in percent) and the behaviour rows: columns ``metric, group, value, n``."""
-    metrics = task.summarize(rows, cfg=cfg.task)
+    metrics = task.summarize(rows, cfg=ctx.task_cfg)
     missing = {"metric", "group", "value", "n"} - set(metrics.columns)
     if missing:
         raise TypeError(f"{task.__name__}.summarize must return columns metric, group, value, n (missing {missing})")
     metrics = _scale_rates(task, metrics[["metric", "group", "value", "n"]].copy(), "value")
-    shared = pd.DataFrame(behaviour_rows(rows, bool(cfg.model.get("thinking", False))), columns=metrics.columns)
+    shared = pd.DataFrame(behaviour_rows(rows, ctx.thinking), columns=metrics.columns)
     return pd.concat([metrics, shared], ignore_index=True)
 
 
@@ -191,16 +206,16 @@ def item_resampler(rows: pd.DataFrame):
     return len(order), take
 
 
-def ratio_terms(task: ModuleType, rows: pd.DataFrame, cfg, point: pd.DataFrame) -> dict[int, ItemTerms]:
+def ratio_terms(task: ModuleType, rows: pd.DataFrame, ctx: SummaryContext, point: pd.DataFrame) -> dict[int, ItemTerms]:
     """Row ``j`` of ``point`` -> ``(num, den)``, each of shape ``(n_items,)`` in :func:`_item_order`, for the point
     rows that are ratios of item sums: the behaviour rows and what the task's ``item_terms`` hook gives (its rates
     scaled as :func:`metric_rows` scales them). A row is left out (so resampled through ``summarize``) when no terms
     cover it, when its key ``(metric, group)`` is not unique, or when ``sum(num) / sum(den)`` is not its point value
     (a warning: the hook disagrees with ``summarize``)."""
     own = hook(task, "item_terms")
-    sources = [behaviour_terms(rows, bool(cfg.model.get("thinking", False)))]
+    sources = [behaviour_terms(rows, ctx.thinking)]
     if own is not None:
-        sources.append(_scale_rates(task, own(rows, cfg=cfg.task), "num"))
+        sources.append(_scale_rates(task, own(rows, cfg=ctx.task_cfg), "num"))
     keys = list(zip(point["metric"], point["group"]))
     times = Counter(keys)
     seen = [set(zip(frame["metric"], frame["group"])) for frame in sources]
@@ -233,21 +248,21 @@ def ratio_terms(task: ModuleType, rows: pd.DataFrame, cfg, point: pd.DataFrame) 
     return out
 
 
-def with_uncertainty(task: ModuleType, rows: pd.DataFrame, cfg, *, iters: int = BOOTSTRAP_ITERS,
+def with_uncertainty(task: ModuleType, rows: pd.DataFrame, ctx: SummaryContext, *, iters: int = BOOTSTRAP_ITERS,
                      seed: int = SEED, fast: bool = True, wilson_rates: bool = True) -> pd.DataFrame:
     """:func:`metric_rows` plus ``stderr, ci_lo, ci_hi, unit`` (NaN where a value has no spread to estimate).
 
-    The replicates of the rows :func:`ratio_terms` covers come from :func:`evals.stats.ratio_replicates` on the
+    The replicates of the rows :func:`ratio_terms` covers come from :func:`evals.analysis.stats.ratio_replicates` on the
     resamples' item counts; the others from ``summarize`` on each resample (``fast=False``: every row so, the
     reference the fast path is tested against). Both use the same resamples, so the numbers agree. ``wilson_rates``
     (default): a rate whose items each score 0 or 100 gets its Wilson interval instead (:func:`_binary_trials`)."""
-    point = metric_rows(task, rows, cfg).reset_index(drop=True)
+    point = metric_rows(task, rows, ctx).reset_index(drop=True)
     if hook(task, "REPORTS_STDERR"):
         return fold_own_stderr(point)
     keys = list(zip(point["metric"], point["group"]))
     n_items, take = item_resampler(rows)
     reps = np.full((iters, len(keys)), np.nan)
-    found = ratio_terms(task, rows, cfg, point) if (fast or wilson_rates) and n_items >= 1 else {}
+    found = ratio_terms(task, rows, ctx, point) if (fast or wilson_rates) and n_items >= 1 else {}
     covered = found if fast else {}
     if n_items >= 2:
         if covered:
@@ -258,7 +273,7 @@ def with_uncertainty(task: ModuleType, rows: pd.DataFrame, cfg, *, iters: int = 
         where = {key: j for j, key in enumerate(keys) if j not in covered}
         if where:
             for i, idx in enumerate(resample_indices(n_items, iters, seed)):
-                sample = metric_rows(task, take(idx), cfg)
+                sample = metric_rows(task, take(idx), ctx)
                 for m, g, v in zip(sample["metric"], sample["group"], sample["value"]):
                     j = where.get((m, g))
                     if j is not None:
@@ -290,7 +305,7 @@ def with_uncertainty(task: ModuleType, rows: pd.DataFrame, cfg, *, iters: int = 
 def _small_n_interval(metric: str, e, n: int) -> tuple[float, float, float, str]:
     """``(stderr, lo, hi, ci_method)`` of a bootstrap estimate ``e`` over ``n`` items, made honest where the
     percentile bootstrap is not: a rate on fewer than SMALL_N items or with a zero-width interval gets the bounded
-    Wilson interval (:func:`evals.stats.bounded_rate_interval`, ``wilson_bounded``); another metric with a
+    Wilson interval (:func:`evals.analysis.stats.bounded_rate_interval`, ``wilson_bounded``); another metric with a
     zero-width interval gets none (``n.m.``)."""
     collapsed = zero_width(e.ci_lo, e.ci_hi)
     if RATE.match(metric) and math.isfinite(e.value) and n >= 1 and (n < SMALL_N or collapsed):
@@ -336,13 +351,13 @@ def fold_own_stderr(point: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def summarize(task, rows: pd.DataFrame, cfg, method: CompressionMethod) -> pd.DataFrame:
+def summarize(task, rows: pd.DataFrame, ctx: SummaryContext, method: CompressionMethod) -> pd.DataFrame:
     """Long format, one metric a row: the task's own metrics first, then the behaviour and cost rows."""
-    out = with_uncertainty(task, rows, cfg)
+    out = with_uncertainty(task, rows, ctx)
     knobs = method.knobs()
     ident = {
-        "model": cfg.model.name,
-        "task": cfg.task.name,
+        "model": ctx.model,
+        "task": ctx.task,
         "method": method.method,
         "prompt_budget": knobs.get("prompt_budget"),
         "recent": knobs.get("recent"),

@@ -3,11 +3,11 @@
 The headline is the task's report metrics (``REPORT_METRICS``, else its primary metric) on the whole set, each with
 its 95% interval and ``ci_method``, the number of items and of samples, the KV cache held (mean peak per sequence,
 MiB), the throughput as a system (generated tokens ÷ wall time of generation, with the rows held at once:
-:mod:`evals.throughput`) beside the mean per-sample latency, and whether the method kept every token of every sample
-(then it says "keeps every token (= full cache)": its outputs are the full cache's, whatever its budget;
-:mod:`evals.geometry`). ``results.json`` has the shape of
-lm-eval's results file (``results`` -> task -> ``"<metric>,none"`` and ``"<metric>_stderr,none"``, ``n-samples``,
-``config``) plus the interval bounds and the cost figures. Imports no torch.
+:mod:`evals.record.throughput`) beside the mean per-sample latency, and whether the method kept every token of every
+sample (then it says "keeps every token (= full cache)": its outputs are the full cache's, whatever its budget;
+:mod:`evals.record.geometry`). ``results.json`` has the shape of lm-eval's results file (``results`` -> task ->
+``"<metric>,none"`` and ``"<metric>_stderr,none"``, ``n-samples``, ``config``) plus the interval bounds and the cost
+figures. Imports no torch.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-from evals.geometry import keeps_every_token
-from evals.rundir import RESULTS
-from evals.stats import SMALL_N
-from evals.throughput import rate_text, throughput
+from evals.analysis.stats import SMALL_N
+from evals.record.geometry import keeps_every_token
+from evals.record.rundir import RESULTS
+from evals.record.throughput import rate_text, throughput
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +133,7 @@ def show_headline(run_dir: Path) -> dict[str, Any] | None:
     except (OSError, ValueError, KeyError, IndexError) as exc:
         log.warning("no headline for %s: %s", run_dir, exc)
         return None
-    from evals.rundir import write_atomic
+    from evals.record.rundir import write_atomic
 
     write_atomic(Path(run_dir) / RESULTS, json.dumps(res, indent=2))
     log.info("%s\n  run: %s", headline_text(res), run_dir)

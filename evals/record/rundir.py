@@ -23,7 +23,7 @@ SAMPLES_CSV = "samples.csv"
 SUMMARY = "summary.csv"
 META = "meta.json"
 LOCK = ".lock"
-RESULTS = "results.json"  # the headline (evals.headline)
+RESULTS = "results.json"  # the headline (evals.report.headline)
 RESULT_FILES = (SAMPLES, SAMPLES_CSV, SUMMARY, META, RESULTS, "resolved_config.yaml", "prompts.jsonl.gz")
 log = logging.getLogger(__name__)
 PACKAGES = ("torch", "transformers", "hydra-core", "datasets", "pandas", "math-verify", "lm_eval", "snapstream-harness")
@@ -133,7 +133,7 @@ def check_resumable(run_dir: Path, fp: str, identity: dict[str, Any]) -> None:
     """Refuse to mix rows of different configurations in one directory: rows whose configuration cannot be known
     (a ``samples.jsonl`` without ``meta.json``, or with one that is not a JSON object) or differs from this run's
     are never resumed (one line; ``overwrite=true`` starts afresh). The rows' own fingerprints are checked as they
-    are read (:func:`evals.rows.read_rows`)."""
+    are read (:func:`evals.record.rows.read_rows`)."""
     meta_path = run_dir / META
     if not (run_dir / SAMPLES).exists():
         return

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from evals.text import repair_surrogates
+from evals.record.text import repair_surrogates
 from snapstream_core.methods import knob_names
 from tasks.base import MAX_LINE_BYTES, iter_jsonl
 
@@ -115,8 +115,8 @@ def row_line(row: dict[str, Any], limit: int = MAX_LINE_BYTES, where: str = "sam
 
 def _encode(row: dict[str, Any]) -> bytes:
     """The JSON line of ``row`` in UTF-8; lone surrogates anywhere in it (keys, values, tuples, ``str()`` of other
-    objects) become U+FFFD, as :func:`evals.text.repair_surrogates` does (JSON's syntax is ASCII, so repairing the
-    line repairs each string)."""
+    objects) become U+FFFD, as :func:`evals.record.text.repair_surrogates` does (JSON's syntax is ASCII, so repairing
+    the line repairs each string)."""
     text = json.dumps(row, ensure_ascii=False, default=_jsonable) + "\n"
     try:
         return text.encode("utf-8")
