@@ -191,7 +191,7 @@ LEAKS = {
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("leak", sorted(LEAKS))
 def test_hidden_inputs_never_reach_the_row(mode, leak):
-    """S5: the text of an exception (or of a forged channel message) on a hidden test quoted its input."""
+    """the text of an exception (or of a forged channel message) on a hidden test quoted its input."""
     problem = make_problem("leak", [("1\n", "1\n"), (f"{SECRET}\n", "2\n")])
     verdict = grade(problem, LEAKS[leak], strict_settings(mode))
     assert not verdict.correct and verdict.failed_test == 1, verdict
@@ -271,7 +271,7 @@ print(v.outcome, tracemalloc.get_traced_memory()[1] >> 20)  # the peak of the ha
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("protocol", ["strict", "lcb_runner"])
 def test_a_big_output_line_is_held_once(mode, protocol):
-    """S7: with a raised ``task.max_output_mb``, one 192 MiB line of stdout cost the harness +567 MiB (held as
+    """with a raised ``task.max_output_mb``, one 192 MiB line of stdout cost the harness +567 MiB (held as
     the read buffer, the line, its decoded text and the parsed string). Now it is read into one buffer of its size."""
     strict_settings(mode)  # skip where the mode cannot run
     python = None if mode == "bwrap" else sys.executable

@@ -5,7 +5,7 @@ path in the sandbox's command lines, fresh uids that are nobody's, and an interp
 of ``/tmp`` that a program can start again.
 
 Process mode runs with the interpreter the harness itself uses (under a 0700 home when the tests run as root: the
-case that used to keep root's capabilities)."""
+case where dropping root's capabilities is hardest)."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ CAPS = ("import os\nst = dict(l.split(':', 1) for l in open('/proc/self/status')
 
 @pytest.mark.parametrize("mode", MODES)
 def test_no_capabilities_or_refusal(mode, monkeypatch):
-    """S1: as root, process mode used to keep every capability (interpreter under a 0700 home). Now a program has
+    """as root, process mode used to keep every capability (interpreter under a 0700 home). Now a program has
     no capability in any set, ``no_new_privs``, a non-root uid and no view of the harness's environment; or the
     mode refuses in one line that says how to get bwrap."""
     monkeypatch.setenv("LCB_HARNESS_MARKER", f"lcbmark-{uuid.uuid4().hex}")
@@ -74,7 +74,7 @@ def test_no_new_privs_and_an_own_pid_namespace(mode):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_sysv_ipc_does_not_outlive_a_program(mode):
-    """S2: a SysV message queue made by one program used to be visible to the next (no IPC namespace)."""
+    """a SysV message queue made by one program used to be visible to the next (no IPC namespace)."""
     key = 0x1C0000 + os.getpid() % 0xFFFF
     make = (f"import ctypes\nlibc = ctypes.CDLL(None)\nprint('made' if libc.msgget({key}, 0o1666) >= 0 "
             "else 'refused')")
@@ -93,7 +93,7 @@ def test_sysv_ipc_does_not_outlive_a_program(mode):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_run_lock_is_private(mode):
-    """S8: ``/run/lock`` of the host used to be shared (and kept) between programs in process mode."""
+    """``/run/lock`` of the host used to be shared (and kept) between programs in process mode."""
     name = f"lcb_{uuid.uuid4().hex}"
     write = (f"try:\n    open('/run/lock/{name}', 'w').write('x')\n    print('wrote')\nexcept OSError:\n"
              "    print('no')")
@@ -115,7 +115,7 @@ def _keyctl(*args) -> int:
 
 @pytest.mark.parametrize("mode", MODES)
 def test_keyrings_are_closed_and_the_harness_keys_unseen(mode):
-    """S2: a program used to read a key planted in the harness's session keyring (an ``hf_token``) and to add keys
+    """a program used to read a key planted in the harness's session keyring (an ``hf_token``) and to add keys
     for the next program. Now every keyring call fails and ``/proc/keys`` shows nothing of the harness's."""
     needs_filter()
     add_key, keyctl = seccomp.syscall_number("add_key"), seccomp.syscall_number("keyctl")
@@ -137,7 +137,7 @@ def test_keyrings_are_closed_and_the_harness_keys_unseen(mode):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_fd_2_is_never_a_host_file(mode):
-    """S6: ``fallocate`` on fd 2 (the host's ``stderr.log``) used to take 2 GiB of host disk. Now fd 2 is a pipe."""
+    """``fallocate`` on fd 2 (the host's ``stderr.log``) used to take 2 GiB of host disk. Now fd 2 is a pipe."""
     code = ("import os, stat\nkind = 'pipe' if stat.S_ISFIFO(os.fstat(2).st_mode) else 'file'\ntry:\n"
             "    os.posix_fallocate(2, 0, 64 << 20)\n    grew = 'grew'\nexcept OSError:\n    grew = 'refused'\n"
             "print(kind, grew)")
@@ -183,7 +183,7 @@ def test_a_host_unix_socket_is_out_of_reach():
 
 @pytest.mark.parametrize("mode", MODES)
 def test_the_data_file_and_caches_are_hidden(mode, monkeypatch, tmp_path):
-    """S8: in process mode a program used to read the task's data file (pass@1 100%). Now the data file, the
+    """in process mode a program used to read the task's data file (pass@1 100%). Now the data file, the
     project and the download caches are covered in both modes."""
     answer = uuid.uuid4().hex
     data = REPO / f".lcb_data_{uuid.uuid4().hex[:8]}.jsonl"
@@ -208,7 +208,7 @@ def test_the_data_file_and_caches_are_hidden(mode, monkeypatch, tmp_path):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_no_host_path_in_the_sandbox_command_lines(mode):
-    """S14: bwrap's whole command line (the job folder, home, the project) used to show in ``/proc/1/cmdline``."""
+    """bwrap's whole command line (the job folder, home, the project) used to show in ``/proc/1/cmdline``."""
     host = [os.path.join(tempfile.gettempdir(), "lcb-"), "--ro-bind", "--tmpfs"]
     if not os.path.abspath(sys.executable).startswith(str(REPO)):  # the interpreter's own path may show
         host.append(str(REPO))
@@ -219,7 +219,7 @@ def test_no_host_path_in_the_sandbox_command_lines(mode):
 
 
 def test_fresh_uids_are_nobody_s(monkeypatch):
-    """S12: the fresh uid was never checked: on a collision a program read that user's files and the cleanup
+    """the fresh uid was never checked: on a collision a program read that user's files and the cleanup
     killed that user's processes. Now an account's uid, a group's and a running process's are never drawn."""
     uids = {p.pw_uid for p in pwd.getpwall()} | {g.gr_gid for g in grp.getgrall()}
     taken_account = next((u for u in sorted(uids) if u > 0 and u + 1 not in uids), None)
@@ -247,7 +247,7 @@ def test_fresh_uids_are_nobody_s(monkeypatch):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_a_program_starts_an_interpreter_in_a_venv_under_an_open_tmp_folder(mode, tmp_path_factory):
-    """Issue 39.4: a venv in a 0755 folder under ``/tmp`` (a fresh clone made there) used to be hidden by process
+    """a venv in a 0755 folder under ``/tmp`` (a fresh clone made there) used to be hidden by process
     mode's private ``/tmp``: a program that starts ``sys.executable`` failed."""
     base = Path(tempfile.mkdtemp(prefix="lcb-open-"))
     try:

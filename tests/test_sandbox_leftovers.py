@@ -32,7 +32,7 @@ HOLD_GIL = ("import subprocess, sys, re\n"  # the marker is joined at run time: 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_sandboxes_die_with_a_killed_harness(mode):
-    """S3: after ``kill -9`` of the harness, a sandbox whose program holds the GIL used to keep running."""
+    """after ``kill -9`` of the harness, a sandbox whose program holds the GIL used to keep running."""
     strict_settings(mode)  # skip where the mode cannot run
     become_subreaper()  # orphans come to us, so that the leftover check sees them
     marker = f"lcbgil{uuid.uuid4().hex}"
@@ -78,7 +78,7 @@ def test_nothing_is_left_in_dev_shm_or_tmp(mode):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_nothing_is_left_in_world_writable_host_folders(mode):
-    """S13: in process mode a program used to leave files in world-writable host folders. Now the host is
+    """in process mode a program used to leave files in world-writable host folders. Now the host is
     read-only to it (bwrap: it sees none of them)."""
     if os.geteuid() != 0:
         pytest.skip("making a world-writable folder outside the project needs root")

@@ -37,7 +37,7 @@ REAPED_SPINNERS = ("import os, signal, time\nsignal.signal(signal.SIGCHLD, signa
 
 @pytest.mark.parametrize("mode", MODES)
 def test_cpu_of_children_reaped_by_the_kernel_is_charged(mode, monkeypatch):
-    """S1: 4 CPU-s in children the kernel reaped used to be charged as 0.15 s (only the wall deadline stopped
+    """4 CPU-s in children the kernel reaped used to be charged as 0.15 s (only the wall deadline stopped
     them). Now the sandbox's cgroup charges them: its clock reads at least the CPU time the children report."""
     needs_cgroup()
     seen = [0.0]
@@ -64,7 +64,7 @@ HOLDERS = ("import os, select, time\nr, w = os.pipe()\npids = []\nfor _ in range
 
 @pytest.mark.parametrize("mode", MODES)
 def test_memory_mb_bounds_the_whole_sandbox(mode):
-    """S5: 12 children used to hold 1.35 GiB under ``memory_mb=256`` (the limit was per process). Now the cgroup
+    """12 children used to hold 1.35 GiB under ``memory_mb=256`` (the limit was per process). Now the cgroup
     bounds the sandbox: 6 children of 100 MiB cannot all hold theirs under 256 MiB."""
     needs_cgroup()
     out = output_of(mode, HOLDERS.format(n=6), memory_mb=256, timeout_s=5.0)
@@ -73,7 +73,7 @@ def test_memory_mb_bounds_the_whole_sandbox(mode):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_memfd_and_shm_count_in_the_memory_limit(mode):
-    """S6: pages written into memfds (never mapped, so outside RLIMIT_AS) used to take 1.5 GiB under
+    """pages written into memfds (never mapped, so outside RLIMIT_AS) used to take 1.5 GiB under
     ``memory_mb=512``. Now memfd_create and shmget fail (seccomp): at most the rlimit."""
     code = ("import os, ctypes\nheld, fds = 0, []\ntry:\n    while held < (768 << 20):\n"
             "        fd = os.memfd_create('x')\n        fds.append(fd)\n        for _ in range(8):\n"
@@ -115,7 +115,7 @@ STEADY = "import time\nt = time.process_time()\nwhile time.process_time() - t < 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_a_neighbours_spinners_do_not_time_out_another_sample(mode):
-    """S4: one sample's ``setsid`` spinners pushed a concurrently graded sample into ``timeout`` (wall clock
+    """one sample's ``setsid`` spinners pushed a concurrently graded sample into ``timeout`` (wall clock
     shared with the neighbour). Time is now each sandbox's own CPU clock: the spinner sample times out, the steady
     one (0.8 s of its own CPU) passes, at any load: the spinners' CPU is charged to their sandbox only, and its wall
     time, at most ~6 s at load 8 on 2 cores, stays inside the wall-clock backstop (3 x 3 s + 1 s)."""

@@ -101,7 +101,7 @@ def test_a_program_meets_the_closed_calls(mode):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_memfd_secret_and_user_namespaces_are_refused(mode):
-    """S3, S4: ``memfd_secret`` (768 MiB under ``memory_mb=256``) and ``unshare(CLONE_NEWUSER)`` (a tmpfs outside
+    """``memfd_secret`` (768 MiB under ``memory_mb=256``) and ``unshare(CLONE_NEWUSER)`` (a tmpfs outside
     every limit, all capabilities inside) used to be allowed. Now both fail, and ``clone3`` says ENOSYS so that
     threads and subprocesses still start through ``clone``."""
     needs_filter()
