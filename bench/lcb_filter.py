@@ -17,19 +17,26 @@ import types
 from datetime import datetime
 from pathlib import Path
 
-from tasks.livecodebench import seccomp
+from sandbox import seccomp
 from tasks.livecodebench.grader import GradeSettings, grade_many
 from tasks.livecodebench.problem import Problem, TestCase
 
 log = logging.getLogger("bench.lcb_filter")
 REPO = Path(__file__).resolve().parent.parent
 BATTERY = REPO / "tests" / "data" / "lcb_official_battery.json"
+FILTER_FILES = ("sandbox/seccomp.py", "tasks/livecodebench/seccomp.py")  # where a revision holds it (older: the task)
 
 
 def _filter_of(revision: str) -> bytes:
-    """The filter :mod:`tasks.livecodebench.seccomp` builds at git ``revision`` (its file, executed alone)."""
-    source = subprocess.run(["git", "-C", str(REPO), "show", f"{revision}:tasks/livecodebench/seccomp.py"],
-                            capture_output=True, text=True, check=True).stdout
+    """The filter :mod:`sandbox.seccomp` builds at git ``revision`` (its file, executed alone; the first of
+    :data:`FILTER_FILES` that the revision holds)."""
+    for path in FILTER_FILES:
+        shown = subprocess.run(["git", "-C", str(REPO), "show", f"{revision}:{path}"], capture_output=True, text=True)
+        if shown.returncode == 0:
+            source = shown.stdout
+            break
+    else:
+        raise SystemExit(f"{revision} holds none of {', '.join(FILTER_FILES)}")
     module = types.ModuleType("seccomp_at_revision")
     exec(compile(source, f"{revision}:seccomp.py", "exec"), module.__dict__)  # noqa: S102 - our own file
     return module.filter_bytes()

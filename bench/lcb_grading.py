@@ -28,10 +28,9 @@ from datetime import datetime
 from pathlib import Path
 
 from bench.rows_csv import write_rows
-from tasks.livecodebench import driver, isolation, modes
+from sandbox import Limits, driver, isolation, modes
 from tasks.livecodebench.grader import GradeSettings, grade_many, stdout_matches
 from tasks.livecodebench.problem import Problem, TestCase
-from tasks.livecodebench.sandbox import Limits
 
 log = logging.getLogger("bench.lcb_grading")
 OUT = Path(__file__).resolve().parent / "results" / "lcb_grading.csv"

@@ -6,9 +6,10 @@
   that define its ``prompt`` and ``followup`` and, in a package, its ``prompts.py``), plus the versions of torch
   and transformers. The git commit, when there is one, is recorded beside it (``generation_commit``) but is not
   part of it: a commit that changes none of these files generates the same tokens.
-* **Grading** (``grading_id``): a hash of every source file of the task (its module, or all of its package), the
-  task interface (``tasks/protocol.py``, ``tasks/base.py``) and what the task says decides a verdict besides its
-  code (the optional hook ``grading_setup(cfg)``: LiveCodeBench's resolved sandbox mode and interpreter).
+* **Grading** (``grading_id``): a hash of every source file of the task (its module, or all of its package), of
+  the packages it names in ``GRADING_PACKAGES`` (LiveCodeBench: ``sandbox/``), the task interface
+  (``tasks/protocol.py``, ``tasks/base.py``) and what the task says decides a verdict besides its code (the
+  optional hook ``grading_setup(cfg)``: LiveCodeBench's resolved sandbox mode and interpreter).
 
 A row of the sample cache or of a resumed run directory is reused only under this process's generation identity,
 and re-graded when its grading identity differs (:mod:`evals.runner`). The source hashes are computed once per
@@ -47,9 +48,11 @@ def sources_sha256(paths: list[Path]) -> str:
 
 
 def _task_files(task: Any) -> list[Path]:
-    """Every source file of the task: its package's files, or its module's."""
+    """Every source file of the task: its package's files, or its module's, and those of the packages it names in
+    ``GRADING_PACKAGES``."""
     path = Path(inspect.getsourcefile(task) or "")
-    return _python_files(path.parent) if path.name == "__init__.py" else [path]
+    own = _python_files(path.parent) if path.name == "__init__.py" else [path]
+    return own + [f for entry in hook(task, "GRADING_PACKAGES") or () for f in _python_files(REPO / entry)]
 
 
 def _prompt_files(task: Any) -> list[Path]:

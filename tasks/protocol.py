@@ -61,6 +61,9 @@ OPTIONAL_HOOKS: dict[str, str] = {
     "grading_setup": "grading_setup(cfg) -> dict: what decides a verdict besides the task's code (LiveCodeBench: the "
                      "resolved sandbox mode and interpreter), in the grading identity (evals.code_identity) and the "
                      "sample cache's key. Without it: {}.",
+    "GRADING_PACKAGES": "GRADING_PACKAGES: tuple[str, ...]: folders of the repository outside the task whose code "
+                        "decides its verdicts (LiveCodeBench: 'sandbox'), hashed into the grading identity "
+                        "(evals.code_identity) with the task's own files. Without it: the task's files only.",
     "protocol_name": "protocol_name(cfg) -> str: the grading protocol of the run, recorded in meta.json. Without "
                      "it: None (the task grades one way).",
     "per_problem": "per_problem(rows) -> DataFrame: a per-item table the report adds (AIME).",

@@ -1,18 +1,21 @@
-"""Shared helpers of the LiveCodeBench tests: isolation modes, small problems, leftover and file-tree checks."""
+"""Shared helpers of the LiveCodeBench and sandbox tests: isolation modes and settings, small problems, what a
+program printed, leftover and file-tree checks."""
 
 from __future__ import annotations
 
 import functools
 import os
 import sys
+import uuid
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
 
-from tasks.livecodebench import isolation, load, modes
-from tasks.livecodebench.grader import GradeSettings
+from sandbox import cgroup, isolation, modes, seccomp
+from tasks.livecodebench import load
+from tasks.livecodebench.grader import GradeSettings, Verdict, grade
 from tasks.livecodebench.problem import Problem, TestCase
 
 REPO = Path(__file__).resolve().parents[1]
@@ -53,6 +56,47 @@ def cfg_for(mode: str, **knobs: object) -> dict:
 
 def settings_for(mode: str, **knobs: object) -> GradeSettings:
     return GradeSettings.from_cfg(cfg_for(mode, **knobs))
+
+
+def strict_settings(mode: str, python: str | None = None, **knobs: object) -> GradeSettings:
+    """``task.protocol=strict`` (no lcb_runner guard in the way), process mode on ``python`` or the harness's own
+    interpreter (not :func:`process_python`: under a 0700 home as root, the case that used to keep root's
+    capabilities); skips the test where the mode cannot run at all."""
+    python = python or (None if mode == "bwrap" else sys.executable)
+    try:
+        modes.resolve(mode, python)
+    except ValueError as exc:
+        pytest.skip(f"{mode} isolation is not available here: {exc}")
+    return GradeSettings.from_cfg({"sandbox": mode, "python": python, "protocol": "strict", "timeout_s": 3.0,
+                                   "memory_mb": 1024, "exec_workers": 1, **knobs})
+
+
+def output_of(mode: str, code: str, problem: Problem | None = None, python: str | None = None,
+              **knobs: object) -> str:
+    """What ``code`` printed under :func:`strict_settings` (from the wrong-answer detail of a public test that
+    expects a uuid)."""
+    problem = problem or make_problem("out", [("\n", uuid.uuid4().hex + "\n")])
+    verdict = grade(problem, code, strict_settings(mode, python, **knobs))
+    assert verdict.outcome == "wrong_answer", verdict
+    return verdict.error.split("got ", 1)[1].rsplit(", expected", 1)[0].strip("'\"")
+
+
+def run_strict(mode: str, code: str, expected: str, **knobs: object) -> Verdict:
+    """Grade ``code`` on one stdin test expecting ``expected`` with ``task.protocol=strict``: the sandbox must hold
+    without lcb_runner's guard (os.remove, os.fork ...)."""
+    return grade(make_problem("proc", [("\n", expected)]), code, settings_for(mode, **{"protocol": "strict", **knobs}))
+
+
+def needs_cgroup() -> None:
+    """Skip unless this process can make sandbox cgroups."""
+    if cgroup.base() is None:
+        pytest.skip("no cgroup can be made here: the sandbox keeps per-process limits")
+
+
+def needs_filter() -> None:
+    """Skip unless a seccomp filter is built on this machine."""
+    if not seccomp.filter_bytes():
+        pytest.skip("no seccomp filter is built on this machine")
 
 
 def require(mode: str, guarantee: str) -> None:

@@ -98,8 +98,8 @@ def test_what_is_hashed_for_generation_and_for_grading():
     assert prompt_files == {"tasks/livecodebench/__init__.py", "tasks/livecodebench/prompts.py"}
     assert {p.relative_to(REPO).as_posix() for p in _prompt_files(longbench)} == {"tasks/longbench_v2/prompts.py"}
     graded = {p.relative_to(REPO).as_posix() for p in _task_files(lcb)}
-    assert {"tasks/livecodebench/grader.py", "tasks/livecodebench/values.py", "tasks/livecodebench/driver.py",
-            "tasks/livecodebench/seccomp.py"} <= graded
+    assert {"tasks/livecodebench/grader.py", "tasks/livecodebench/values.py", "sandbox/driver.py",
+            "sandbox/seccomp.py", "sandbox/run.py"} <= graded
     assert _task_files(needle) == [REPO / "tasks" / "needle.py"]
     assert generation_id(lcb) == generation_id(lcb) and len(generation_id(lcb)) == 16
 
@@ -119,7 +119,7 @@ def test_a_source_hash_follows_every_byte_and_name(tmp_path, monkeypatch):
 
 
 def test_the_livecodebench_grading_setup_is_the_resolved_mode(monkeypatch):
-    from tasks.livecodebench import modes
+    from sandbox import modes
 
     class Iso:
         mode, python = "process", "/usr/bin/python3"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "architecture.md"
-PACKAGES = ("bench", "evals", "snapstream_core", "tasks", "tests")
+PACKAGES = ("bench", "evals", "sandbox", "snapstream_core", "tasks", "tests")
 TOP = (*PACKAGES, "conf", "docs")
 # A path starts at a top-level folder; it stops at a placeholder (``tasks/<name>/``), a space or ``::``.
 PATH = re.compile(r"(?<![\w./-])((?:%s)/[\w./-]*)" % "|".join(TOP))

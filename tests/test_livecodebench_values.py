@@ -11,7 +11,7 @@ from fractions import Fraction
 
 import pytest
 
-from tasks.livecodebench import driver
+from sandbox import driver
 from tasks.livecodebench.values import Opaque, WireError, budget, expected_value, official_equal, rebuild
 
 

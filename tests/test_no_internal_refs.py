@@ -27,7 +27,7 @@ def _output_strings(path: Path):
 
 def test_no_printed_string_names_an_issue():
     found = []
-    for folder in ("evals", "tasks", "snapstream_core", "bench"):
+    for folder in ("evals", "tasks", "sandbox", "snapstream_core", "bench"):
         for path in sorted((ROOT / folder).rglob("*.py")):
             found += [f"{path.relative_to(ROOT)}: {s.strip()[:80]}" for s in _output_strings(path) if ISSUE.search(s)]
     assert found == []

@@ -48,7 +48,7 @@ def scientific(code: str) -> bool:
 
 
 def _bwrap_works() -> bool:
-    from tasks.livecodebench import modes
+    from sandbox import modes
 
     try:
         modes.resolve("bwrap", None)

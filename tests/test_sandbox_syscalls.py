@@ -1,19 +1,25 @@
-"""The sandbox's system-call filter (:mod:`tasks.livecodebench.seccomp`): the filter program, run on a classic-BPF
-interpreter for both architectures, answers each listed call as documented and allows the rest; inside the sandbox
-io_uring, userfaultfd, message queues, inotify, kcmp, file handles, mounts and persona changes fail with their
-errno, while numpy, pandas and scipy still import and compute."""
+"""The sandbox's system-call filter (:mod:`sandbox.seccomp`): the filter program, run on a classic-BPF interpreter
+for both architectures, answers each listed call as documented and allows the rest; inside the sandbox io_uring,
+userfaultfd, message queues, inotify, kcmp, file handles, mounts and persona changes fail with their errno,
+``memfd_secret`` and new user namespaces are refused (``clone3`` says ENOSYS, so threads and subprocesses still
+start), while numpy, pandas and scipy still import and compute."""
 
 from __future__ import annotations
 
 import struct
 
 import pytest
-from lcb_helpers import MODES
-from test_hostile_sandbox3 import needs_filter, output_of
+from lcb_helpers import (
+    MODES,
+    needs_filter,
+    output_of,
+)
 
-from tasks.livecodebench import seccomp
+from sandbox import seccomp
 
 ALLOW, KILL = 0x7FFF0000, 0x80000000
+
+
 ENOSYS, EPERM = 0x00050000 | 38, 0x00050000 | 1
 
 
@@ -35,6 +41,8 @@ def run_filter(prog: bytes, nr: int, arch: int, arg0: int = 0) -> int:
 
 
 ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
+
+
 # calls a graded program makes (x86-64, aarch64): read, write, mmap, openat, futex, getrandom, sched_getaffinity
 ORDINARY = {"x86_64": (0, 1, 9, 257, 202, 318, 204), "aarch64": (63, 64, 222, 56, 98, 278, 123)}
 
@@ -89,6 +97,23 @@ def test_a_program_meets_the_closed_calls(mode):
              "mount", "personality")
     code = SYSCALLS.format(**{n: seccomp.syscall_number(n) for n in names})
     assert output_of(mode, code) == " ".join(["ENOSYS"] * 7 + ["EPERM", "EPERM", "OK"])
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_memfd_secret_and_user_namespaces_are_refused(mode):
+    """``memfd_secret`` (768 MiB under ``memory_mb=256``) and ``unshare(CLONE_NEWUSER)`` (a tmpfs outside
+    every limit, all capabilities inside) used to be allowed. Now both fail, and ``clone3`` says ENOSYS so that
+    threads and subprocesses still start through ``clone``."""
+    needs_filter()
+    secret, clone3 = seccomp.syscall_number("memfd_secret"), seccomp.syscall_number("clone3")
+    code = ("import ctypes, os, subprocess, sys, threading\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            "libc.syscall.restype = ctypes.c_long\n"
+            f"s = libc.syscall({secret}, 0)\nu = libc.unshare(0x10000000)\n"
+            f"c = libc.syscall({clone3}, 0, 0)\nerr = ctypes.get_errno()\n"
+            "t = threading.Thread(target=lambda: None)\nt.start()\nt.join()\n"
+            "p = subprocess.run([sys.executable, '-c', 'print(7)'], capture_output=True, text=True).stdout.strip()\n"
+            "print('secret' if s >= 0 else 'nosecret', 'userns' if u == 0 else 'nouserns', err == 38, p)")
+    assert output_of(mode, code, memory_mb=256) == "nosecret nouserns True 7"
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -1,19 +1,20 @@
 """LiveCodeBench code generation (``lcb_runner``): official prompts, extraction, grading and pass@k, with every
-model-written program run in an isolated sandbox.
+model-written program run in an isolated sandbox (the :mod:`sandbox` package).
 
 * data: ``data.py`` (hub release files, ``task.path``, the bundled sample; the contest-date window) and
   ``problem.py`` (the typed record; private tests decoded by a pickle loader that refuses every global);
-* prompts and extraction: ``prompts.py``; grading semantics: ``grader.py``; isolation: ``isolation.py`` (what
-  which guarantees) + ``sandbox.py`` (one run) + ``driver.py`` (what runs inside); metrics: ``summary.py``.
+* prompts and extraction: ``prompts.py``; grading semantics: ``grader.py`` and ``values.py``; metrics:
+  ``summary.py``; isolation: :mod:`sandbox` (``sandbox/isolation.py``: what each mode guarantees; ``sandbox/run.py``:
+  one run; ``sandbox/driver.py``: what runs inside).
 
 The task interface (tasks/protocol.py): ``load``, ``validate``, ``prompt``, ``score``, ``score_many``, ``summarize``.
 
 Grading protocol (``task.protocol``): ``lcb_runner`` (default) runs each program as ``testing_util.run_test`` does
-(its ``reliability_guard``, stdin/stdout mocks and 50000-digit integer limit; see ``driver.py``), and extracts the
-code from the whole output, thinking included, as lcb_runner does (:func:`answer_part`); ``strict`` runs programs on
-real file descriptors without the guard, and grades only the text after ``</think>`` (nothing when the thinking never
-closed). Rows record ``protocol``. Return values are compared in the harness on values rebuilt from typed data
-(``values.py``). Every known difference from lcb_runner, with the case that shows it, is listed in
+(its ``reliability_guard``, stdin/stdout mocks and 50000-digit integer limit; see ``sandbox/driver.py``), and
+extracts the code from the whole output, thinking included, as lcb_runner does (:func:`answer_part`); ``strict`` runs
+programs on real file descriptors without the guard, and grades only the text after ``</think>`` (nothing when the
+thinking never closed). Rows record ``protocol``. Return values are compared in the harness on values rebuilt
+from typed data (``values.py``). Every known difference from lcb_runner, with the case that shows it, is listed in
 ``conf/task/livecodebench.yaml`` (the CPU-time deadline, a program's own classes, the sandbox's limits...).
 """
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from sandbox import modes
 from tasks.base import Prompt, split_thinking
 from tasks.livecodebench.data import load_problems, release_files, source_paths, window
 from tasks.livecodebench.grader import OUTCOMES, PROTOCOLS, GradeSettings, Verdict, grade, grade_many
@@ -33,6 +35,7 @@ PRIMARY_METRIC = "pass@1"
 
 __all__ = ["OUTCOMES", "PROTOCOLS", "Problem", "answer_part", "item_terms", "load", "prompt", "protocol_name", "score",
            "score_many", "summarize", "validate"]
+GRADING_PACKAGES = ("sandbox",)  # code outside the task that decides its verdicts (evals.code_identity hashes it)
 
 
 def protocol_name(cfg: Any) -> str:
@@ -66,8 +69,6 @@ def validate(cfg: Any) -> None:
             raise ValueError("task.source=hub needs the huggingface_hub package") from exc
     else:
         source_paths(cfg)
-    from tasks.livecodebench import modes
-
     modes.resolve(settings.sandbox, settings.python)
 
 
@@ -75,8 +76,6 @@ def grading_setup(cfg: Any) -> dict[str, Any]:
     """What decides a verdict besides the code: the sandbox mode ``task.sandbox`` resolves to (``auto`` is never
     recorded) and the interpreter that runs the programs (its path, and the real file's size and mtime)."""
     import os
-
-    from tasks.livecodebench import modes
 
     settings = GradeSettings.from_cfg(cfg)
     iso = modes.resolve(settings.sandbox, settings.python)

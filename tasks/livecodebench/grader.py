@@ -37,9 +37,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from tasks.livecodebench import isolation, modes
+from sandbox import Limits, RunResult, SandboxError, execute, isolation, modes
 from tasks.livecodebench.problem import Problem
-from tasks.livecodebench.sandbox import Limits, RunResult, SandboxError, execute
 from tasks.livecodebench.values import budget, expected_value, official_equal, rebuild
 from tasks.source import cfg_get
 

@@ -7,7 +7,7 @@ limits.
   ``/tmp`` bounds).
 * Keyrings (``add_key``, ``keyctl``, ``request_key``): ``ENOSYS``. Keys are not namespaced: a program could read the
   harness's session keyring or leave keys for the next program (each program also starts on a fresh anonymous
-  session keyring, see :mod:`tasks.livecodebench.cgroup`'s entry command).
+  session keyring, see :mod:`sandbox.cgroup`'s entry command).
 * New user namespaces (``unshare``/``clone`` with ``CLONE_NEWUSER``): ``EPERM``. Inside one a program holds every
   capability and may mount a tmpfs outside every limit. ``clone3`` passes its flags in memory, which a seccomp
   filter cannot read: it fails with ``ENOSYS``, and the C library falls back to ``clone`` (glibc, musl).

@@ -1,7 +1,7 @@
 """Which isolation mode a run gets (``task.sandbox``): probe bwrap, else fall back to process mode or refuse.
 
-Kept apart from :mod:`tasks.livecodebench.isolation` (what each mode is: pure command lines, a leaf) and
-:mod:`tasks.livecodebench.sandbox` (running a program), since choosing needs both: a probe run in each mode.
+Kept apart from :mod:`sandbox.isolation` (what each mode is, a leaf) and :mod:`sandbox.run` (running a program),
+since choosing needs both: a probe run in each mode.
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ import os
 import shutil
 import sys
 
-from tasks.livecodebench.isolation import MODES, Isolation, exposable
-from tasks.livecodebench.sandbox import probe
+from sandbox.isolation import MODES, Isolation
+from sandbox.process_mode import exposable
+from sandbox.run import probe
 
 log = logging.getLogger(__name__)
 HOW_TO_GET_BWRAP = ("install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap) and allow user namespaces, "

@@ -27,7 +27,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from tasks.livecodebench import seccomp
+from sandbox import seccomp
 
 log = logging.getLogger(__name__)
 
