@@ -18,14 +18,15 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
 from evals import strict
-from evals.backends import Request, Sample, backend_traits, make_backend
+from evals.backends import Backend, Request, Sample, backend_traits, make_backend
 from evals.backends.base import check_rows
+from evals.backends.cached import CachingBackend
 from evals.code_identity import commit, generation_id, grading_id, grading_setup
 from evals.geometry import row_geometry
 from evals.headline import show_headline
 from evals.identity import fingerprint, run_identity
 from evals.plan.measured import prompt_lengths
-from evals.prompts import PROMPTS, PromptStore, prompt_record
+from evals.prompts import PROMPTS, PromptStore
 from evals.regrade import generated_here, refresh_resumed, regrade
 from evals.rows import RowWriter, done_keys, read_rows, tidy
 from evals.rundir import (
@@ -362,13 +363,10 @@ def _generate_and_score(cfg: DictConfig, p: RunPlan, items: list, replay=None) -
     generates = backend_traits(cfg.backend.name).loads_weights
     if generates and (copied := _copy_if_same(cfg, p, items, done)) is not None:
         return copied
-    cache = None
-    if p.cache_root is not None:
-        cache = SampleCache.open(p.cache_root, sample_key_base(p.identity, p.generation_id, p.grading_setup))
-    reused = _reuse_cached(cfg, p, cache, items, done) if cache is not None and not cfg.overwrite else 0
+    backend = _backend(cfg, p, replay)
+    reused = _reuse_cached(cfg, p, backend, items, done) if not cfg.overwrite else 0
     if reused and not _missing(items, lambda item_id: range(p.sampling.n), done):
-        return {"cached_rows": reused}  # every sample was in the cache: no backend, no weights
-    backend = replay or make_backend(cfg, p.method, p.sampling, rows=p.rows, planned_bytes=p.planned_bytes)
+        return {"cached_rows": reused}  # every sample was in the cache: the wrapped backend is never built
     work = _pending_work(backend, p, items, done)
     if done:
         log.info("resuming %s: %d rows already there, %d items to go", p.run_dir, len(done), len(work))
@@ -384,19 +382,36 @@ def _generate_and_score(cfg: DictConfig, p: RunPlan, items: list, replay=None) -
             for outcome in _score(cfg, p, ended):
                 row = _row(cfg, p, outcome)
                 writer.write(row)
-                if cache is not None:
-                    cache.put(outcome.request.item, row, prompts.known.get(row["prompt_hash"]))
+                backend.keep(outcome.request.item, row, prompts.known.get(row["prompt_hash"]))
             progress.update(ended)
-    info = backend.meta() if hasattr(backend, "meta") else {}
+    info = backend.meta()
     info = {**info, **clock.meta(info)}
     return {**info, "cached_rows": reused} if reused else info
 
 
-def _reuse_cached(cfg: DictConfig, p: RunPlan, cache: SampleCache, items: list, done: set[tuple[str, int]]) -> int:
-    """Write the rows of the missing samples that the sample cache holds (:mod:`evals.sample_cache`), adding their
-    keys to ``done``; returns how many."""
+def _backend(cfg: DictConfig, p: RunPlan, replay: Backend | None) -> Backend:
+    """The run's backend: ``replay`` (built to check its input before the run), else the configured one; in front of
+    the sample cache when the run uses one (:class:`~evals.backends.cached.CachingBackend`, which builds it at
+    first use)."""
+    if replay is not None:
+        return replay
+
+    def build() -> Backend:
+        return make_backend(cfg, p.method, p.sampling, rows=p.rows, planned_bytes=p.planned_bytes)
+
+    if p.cache_root is not None:
+        cache = SampleCache.open(p.cache_root, sample_key_base(p.identity, p.generation_id, p.grading_setup))
+        if cache is not None:
+            return CachingBackend(build, cache)
+    return build()
+
+
+def _reuse_cached(cfg: DictConfig, p: RunPlan, backend: Backend, items: list, done: set[tuple[str, int]]) -> int:
+    """Write the rows of the missing samples the backend already holds (the sample cache, :mod:`evals.sample_cache`),
+    adding their keys to ``done``; returns how many."""
     pending = _missing(items, lambda item_id: range(p.sampling.n), done)
-    found = [f for f in cache.lookup((w.item, w.sample_idx) for w in pending) if generated_here(f[1], p.generation_id)]
+    found = [f for f in backend.cached((w.item, w.sample_idx) for w in pending)
+             if generated_here(f[1], p.generation_id)]
     if not found:
         return 0
     PromptStore(p.run_dir / PROMPTS).add([prompt for _, row, prompt in found if row.get("prompt_hash") is not None])
@@ -406,9 +421,9 @@ def _reuse_cached(cfg: DictConfig, p: RunPlan, cache: SampleCache, items: list, 
             writer.write(reused_row(row, p.run_id, p.fingerprint))
             done.add((str(row["item_id"]), row["sample_idx"]))
             if row is not stored:  # re-graded: later runs find the new verdict
-                cache.put(item, row, None)
+                backend.keep(item, row, None)
     log.info("%s: %d of %d missing samples reused from the sample cache %s (sample_cache=false: generate them)",
-             p.run_id, len(found), sum(len(w.sample_idx) for w in pending), cache.root)
+             p.run_id, len(found), sum(len(w.sample_idx) for w in pending), p.cache_root)
     return len(found)
 
 
@@ -451,8 +466,7 @@ class Outcome:
 def _pending_work(backend, p: RunPlan, items: list, done: set[tuple[str, int]]) -> list[Work]:
     """The (item, samples) pairs a resume still has to produce, in item order."""
     work = _missing(items, lambda item_id: backend.samples_for(item_id, p.sampling.n), done)
-    if backend.replays:
-        backend.report_missing(len(items))
+    backend.report_missing(len(items))
     return work
 
 
@@ -477,7 +491,7 @@ def _produce(cfg: DictConfig, p: RunPlan, backend, work: list[Work], prompts: Pr
     def requests(chunk: Iterable[Work]) -> Iterator[Request]:
         return (_request(cfg, p, backend, prompts, w) for w in chunk)
 
-    if hasattr(backend, "stream") and not followup:
+    if backend.streams and not followup:
         yield from backend.stream(requests(work))
         return
     for chunk in _batches(work, backend.batch_size or p.batch_size):
@@ -567,7 +581,7 @@ def _request(cfg: DictConfig, p: RunPlan, backend, prompts: PromptStore, w: Work
     prompt = p.task.prompt(w.item, cfg.model, cfg=cfg.task, tokenizer=backend.tokenizer)
     if not isinstance(prompt, Prompt):
         prompt = Prompt(prompt)
-    record = backend.prompt_record(prompt) if hasattr(backend, "prompt_record") else prompt_record(prompt, None)
+    record = backend.prompt_record(prompt)
     (phash,) = prompts.add([record])
     return Request(item=w.item, prompt=prompt, sample_idx=w.sample_idx, prompt_hash=phash)
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from evals.backends.base import Request, Sample, check_rows
+from evals.backends.base import Backend, Request, Sample, check_rows
 from evals.models import load_model
 from evals.prompts import prompt_record
 from snapstream_core import attach
@@ -70,12 +70,13 @@ def positions_advice(prompt_tokens: int, max_new: int, positions: int, model: st
             f"gen.max_new_tokens to {positions - prompt_tokens} or less, or cut the prompts)")
 
 
-class HFBackend:
+class HFBackend(Backend):
     name = "hf"
     loads_weights = True
     replays = False
     needs_prompts = True
     supports_followup = True
+    streams = True
     batch_size = None  # the run's gen.batch_size
 
     def __init__(
@@ -144,9 +145,6 @@ class HFBackend:
                 "wasted_share": round((row_steps - used) / row_steps, 4) if row_steps else 0,
                 "read_share": round(e.read_share, 4) if e else 0}
         return {"decode_compile": {"gen.compile": self.compile, **compile_meta}, "decode_rows": rows}
-
-    def samples_for(self, item_id: str, n: int) -> list[int]:
-        return list(range(n))
 
     def encode(self, prompt: Prompt) -> list[int]:
         """Token ids of a prompt (:func:`encode_prompt` with this backend's tokenizer and model config)."""
