@@ -38,7 +38,7 @@ class UserError(Exception):
 def options(group: str) -> list[str]:
     """The options of a config group: its YAML files (for ``compression``, every registered method too)."""
     if group == "compression":
-        from evals.conf_store import options as compression_options
+        from evals.config.conf_store import options as compression_options
 
         return compression_options()
     return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
@@ -69,8 +69,8 @@ def _key_hint(key: str, overrides: list[str]) -> str:
     was meant for (composed without the override); ``""`` when nothing is close."""
     import difflib
 
-    from evals.strict import GROUPS as CONFIG_GROUPS
-    from evals.strict import yaml_keys
+    from evals.config.strict import GROUPS as CONFIG_GROUPS
+    from evals.config.strict import yaml_keys
 
     parent, _, leaf = key.rpartition(".")
     if not parent:
@@ -201,7 +201,7 @@ def validate(args: list[str]) -> list[str]:
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from evals.conf_store import register_methods
+    from evals.config.conf_store import register_methods
 
     multirun = any(a in ("-m", "--multirun") for a in args)
     register_methods()  # compression=<method> for every registered method, YAML file or not
@@ -239,7 +239,7 @@ def precheck(args: list[str]) -> None:
         if len(bad) > MAX_LISTED:
             print(f"error: ... and {len(bad) - MAX_LISTED} more bad combinations", file=sys.stderr)
         sys.exit(2)
-    from evals.workload import estimate
+    from evals.plan.workload import estimate
 
     line = estimate(_CHECKED)
     if line:

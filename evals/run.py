@@ -16,7 +16,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from evals.cli import UserError, precheck
-from evals.conf_store import register_methods
+from evals.config.conf_store import register_methods
 
 log = logging.getLogger("evals.run")
 EXPLICIT_DIR = ("hydra.run.dir", "hydra.sweep.dir", "hydra.sweep.subdir")

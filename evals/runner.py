@@ -17,17 +17,18 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
-from evals import strict
-from evals.backends import Backend, Request, Sample, backend_traits, make_backend
-from evals.backends.base import check_rows
-from evals.backends.cached import CachingBackend
-from evals.code_identity import commit, generation_id, grading_id, grading_setup
+from evals.config import strict
+from evals.execute.backends import Backend, Request, Sample, backend_traits, make_backend
+from evals.execute.backends.base import check_rows
+from evals.execute.backends.cached import CachingBackend
+from evals.execute.code_identity import commit, generation_id, grading_id, grading_setup
+from evals.execute.identity import fingerprint, run_identity
+from evals.execute.prompts import PROMPTS, PromptStore
+from evals.execute.regrade import generated_here, refresh_resumed, regrade
+from evals.execute.sample_cache import SampleCache, cache_dir, reused_row, sample_key_base
 from evals.geometry import row_geometry
 from evals.headline import show_headline
-from evals.identity import fingerprint, run_identity
 from evals.plan.measured import prompt_lengths
-from evals.prompts import PROMPTS, PromptStore
-from evals.regrade import generated_here, refresh_resumed, regrade
 from evals.rows import RowWriter, done_keys, read_rows, tidy
 from evals.rundir import (
     META,
@@ -49,7 +50,6 @@ from evals.rundir import (
     write_atomic,
     write_hydra_files,
 )
-from evals.sample_cache import SampleCache, cache_dir, reused_row, sample_key_base
 from evals.throughput import GenClock, rate_text
 from snapstream_core.api import compression_from_config
 from snapstream_core.methods import knob_names
@@ -90,7 +90,7 @@ class RunPlan:
     identity: dict[str, Any]
     fingerprint: str
     rows: int | str | None = None  # gen.rows for the backend: the planner's choice on CUDA, else as configured
-    generation_id: str | None = None  # evals.code_identity; None: a backend that generates nothing (replay)
+    generation_id: str | None = None  # evals.execute.code_identity; None: a backend that generates nothing (replay)
     grading_id: str = ""
     grading_setup: dict[str, Any] | None = None  # the task's resolved grading setup (sandbox mode, interpreter)
     cache_root: Path | None = None  # the sample cache's folder, absolute; None: not used
@@ -139,14 +139,14 @@ def check(cfg: DictConfig, *, offline: bool = False) -> Checked:
         )
     backend = backend_traits(cfg.backend.name)
     if backend.loads_weights:
-        from evals.models import check_model_config
+        from evals.config.models import check_model_config
 
         check_model_config(cfg.model, reach=not offline)
         _check_family(container)
         if method.needs_shape:  # e.g. a calibration file made for this model (triattention)
             from dataclasses import asdict
 
-            from evals.plan.shape import rope_of, shape_from_model
+            from evals.config.shape import rope_of, shape_from_model
 
             method.check_shape({**asdict(shape_from_model(container["model"])), **rope_of(container["model"])})
     if backend.replays and not Path(cfg.backend.path).is_file():
@@ -198,7 +198,7 @@ def plan(cfg: DictConfig, run_dir: Path | None = None) -> RunPlan:
     if not backend_traits(cfg.backend.name).loads_weights:
         weights = cfg.backend.name  # no weights run: the backend's input (file hash) is in the identity
     else:
-        from evals.models import resolved_device, weights_identity
+        from evals.config.models import resolved_device, weights_identity
 
         weights = weights_identity(cfg.model)
         container = {**container, "model": {**container["model"], "device": resolved_device(cfg.model)}}
@@ -299,7 +299,7 @@ def _complete(p: RunPlan) -> bool:
     """Whether the run directory already holds this identity's finished results (``meta.json`` complete)."""
     meta = read_meta(p.run_dir / META) or {}
     if not (meta.get("status") == "complete" and meta.get("fingerprint") == p.fingerprint
-            and meta.get("code") == _code(p)  # rows of other code: resumed under this code's rule (evals.regrade)
+            and meta.get("code") == _code(p)  # other code: resumed under this code (evals.execute.regrade)
             and (p.run_dir / SUMMARY).is_file() and (p.run_dir / SAMPLES).is_file()):
         return False
     with open(p.run_dir / SAMPLES, "rb") as fh:  # rows lost since (a file cut by hand or restored): resume them
@@ -359,7 +359,7 @@ def _generate_and_score(cfg: DictConfig, p: RunPlan, items: list, replay=None) -
     backend reports for ``meta.json``."""
     samples_path = p.run_dir / SAMPLES
     resumed = read_rows(samples_path, p.fingerprint)  # every resumed row is this configuration's
-    done = done_keys(refresh_resumed(cfg, p, samples_path, resumed))  # under this code (evals/regrade.py)
+    done = done_keys(refresh_resumed(cfg, p, samples_path, resumed))  # under this code (evals/execute/regrade.py)
     generates = backend_traits(cfg.backend.name).loads_weights
     if generates and (copied := _copy_if_same(cfg, p, items, done)) is not None:
         return copied
@@ -373,7 +373,7 @@ def _generate_and_score(cfg: DictConfig, p: RunPlan, items: list, replay=None) -
     prompts = PromptStore(p.run_dir / PROMPTS)
     total = sum(len(w.sample_idx) for w in work)
     if generates and total:
-        from evals.expected import announce
+        from evals.execute.expected import announce
 
         announce(backend, total, int(cfg.gen.max_new_tokens), p.rows if p.rows is not None else cfg.gen.get("rows"))
     clock = GenClock(rows=p.rows if p.rows is not None else cfg.gen.get("rows"), measured=generates)
@@ -391,7 +391,7 @@ def _generate_and_score(cfg: DictConfig, p: RunPlan, items: list, replay=None) -
 
 def _backend(cfg: DictConfig, p: RunPlan, replay: Backend | None) -> Backend:
     """The run's backend: ``replay`` (built to check its input before the run), else the configured one; in front of
-    the sample cache when the run uses one (:class:`~evals.backends.cached.CachingBackend`, which builds it at
+    the sample cache when the run uses one (:class:`~evals.execute.backends.cached.CachingBackend`, which builds it at
     first use)."""
     if replay is not None:
         return replay
@@ -407,7 +407,7 @@ def _backend(cfg: DictConfig, p: RunPlan, replay: Backend | None) -> Backend:
 
 
 def _reuse_cached(cfg: DictConfig, p: RunPlan, backend: Backend, items: list, done: set[tuple[str, int]]) -> int:
-    """Write the rows of the missing samples the backend already holds (the sample cache, :mod:`evals.sample_cache`),
+    """Write the rows of the missing samples the backend already holds (:mod:`evals.execute.sample_cache`),
     adding their keys to ``done``; returns how many."""
     pending = _missing(items, lambda item_id: range(p.sampling.n), done)
     found = [f for f in backend.cached((w.item, w.sample_idx) for w in pending)
@@ -429,8 +429,8 @@ def _reuse_cached(cfg: DictConfig, p: RunPlan, backend: Backend, items: list, do
 
 def _copy_if_same(cfg: DictConfig, p: RunPlan, items: list, done: set[tuple[str, int]]) -> dict[str, Any] | None:
     """When the method keeps every token of every pending item and the full-cache run is complete, write its rows as
-    this run's (:mod:`evals.alias`) and return ``meta.json``'s ``same_as``; else None (generate as usual)."""
-    from evals.alias import copy_rows, find_source
+    this run's (:mod:`evals.execute.alias`) and return ``meta.json``'s ``same_as``; else None (generate as usual)."""
+    from evals.execute.alias import copy_rows, find_source
 
     pending = _missing(items, lambda item_id: range(p.sampling.n), done)  # a generating backend: samples 0..n-1
     source = find_source(cfg, p, [(w.item, w.sample_idx) for w in pending])

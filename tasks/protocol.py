@@ -59,8 +59,8 @@ OPTIONAL_HOOKS: dict[str, str] = {
     "followup": "followup(item, completion, model_cfg, *, cfg, tokenizer) -> (prompt, max_new_tokens) | None: a "
                 "second generation call (LongBench-v2 CoT); only backends with supports_followup run it.",
     "grading_setup": "grading_setup(cfg) -> dict: what decides a verdict besides the task's code (LiveCodeBench: the "
-                     "resolved sandbox mode and interpreter), in the grading identity (evals.code_identity) and the "
-                     "sample cache's key. Without it: {}.",
+                     "resolved sandbox mode and interpreter), in the grading identity (evals.execute.code_identity) "
+                     "and the sample cache's key. Without it: {}.",
     "protocol_name": "protocol_name(cfg) -> str: the grading protocol of the run, recorded in meta.json. Without "
                      "it: None (the task grades one way).",
     "per_problem": "per_problem(rows) -> DataFrame: a per-item table the report adds (AIME).",

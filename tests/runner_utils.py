@@ -10,7 +10,7 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
-from evals.conf_store import register_methods
+from evals.config.conf_store import register_methods
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "conf"

@@ -1,4 +1,5 @@
-"""Generation and grading identities (evals/code_identity.py, evals/regrade.py): a row records the code that
+"""Generation and grading identities (evals/execute/code_identity.py, evals/execute/regrade.py): a row records the
+code that
 generated and graded it; a cached or resumed completion is reused only under the same generation identity and is
 re-graded, through ``evals.run``, whenever the grading identity differs."""
 
@@ -9,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-import evals.code_identity as code_identity
+import evals.execute.code_identity as code_identity
 import evals.runner as runner
 import tasks.livecodebench as lcb
 import tasks.longbench_v2 as longbench
 import tasks.needle as needle
-from evals.code_identity import REPO, _prompt_files, _task_files, generation_id, sources_sha256
+from evals.execute.code_identity import REPO, _prompt_files, _task_files, generation_id, sources_sha256
 from tests.runner_utils import TINY, compose_cfg
 
 NEEDLE = ["task=needle", "task.context_tokens=256", "task.n_items=4", "task.limit=2"]

@@ -18,7 +18,7 @@ import pytest
 from omegaconf import OmegaConf
 
 import tasks.livecodebench as lcb
-from evals.backends.replay import read_completions
+from evals.execute.backends.replay import read_completions
 from evals.rows import done_keys, read_rows
 from evals.rundir import remove_if_empty
 from snapstream_core.generate import SamplingConfig
@@ -227,14 +227,14 @@ def test_impossible_grading_knobs_are_refused(knob, value, message):
 
 
 def test_max_new_tokens_past_the_model_positions_warns(caplog):
-    from evals.backends.base import Request
-    from evals.backends.hf import HFBackend
+    from evals.execute.backends.base import Request
+    from evals.execute.backends.hf import HFBackend
     from snapstream_core import compression_from_config
     from tasks.base import Prompt
 
     cfg = compose_cfg(["model=tiny_llama", "model.arch.max_position_embeddings=24"])
     backend = HFBackend(cfg.model, compression_from_config({"method": "none"}), SamplingConfig(max_new_tokens=16))
-    with caplog.at_level(logging.WARNING, logger="evals.backends.hf"):
+    with caplog.at_level(logging.WARNING, logger="evals.execute.backends.hf"):
         backend.generate([Request(None, Prompt("hello there, a prompt of about a dozen tokens"), (0,))])
     assert "goes past the 24 positions tiny_llama was trained for" in caplog.text
 

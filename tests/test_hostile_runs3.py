@@ -122,7 +122,7 @@ def test_samples_jsonl_is_read_with_the_same_bound(tmp_path, monkeypatch):
 
 
 def test_a_replayed_file_is_read_with_the_same_bound(tmp_path, monkeypatch):
-    from evals.backends.replay import read_completions
+    from evals.execute.backends.replay import read_completions
 
     monkeypatch.setattr(tasks.base, "MAX_LINE_BYTES", 1000)
     path = tmp_path / "c.jsonl"

@@ -1,5 +1,6 @@
 """A run whose method keeps every token of every item copies the complete full-cache run's rows instead of
-generating them (evals/alias.py); the copied rows equal what generation gives, and a smaller budget generates."""
+generating them (evals/execute/alias.py); the copied rows equal what generation gives, and a smaller budget
+generates."""
 
 from __future__ import annotations
 
@@ -71,7 +72,7 @@ def test_an_incomplete_full_cache_run_is_not_copied(tmp_path, caplog):
     full = run(compose_cfg([*base, "compression=none"]))
     meta = json.loads((full / "meta.json").read_text())
     (full / "meta.json").write_text(json.dumps({**meta, "status": "running"}))
-    with caplog.at_level("INFO", logger="evals.alias"):
+    with caplog.at_level("INFO", logger="evals.execute.alias"):
         out = run(compose_cfg([*base, *KEEPS_ALL]))
     assert "same_as" not in json.loads((out / "meta.json").read_text())
     assert "absent or incomplete: generating" in caplog.text

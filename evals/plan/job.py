@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from evals.plan.shape import ModelShape, shape_from_model
+from evals.config.shape import ModelShape, shape_from_model
 from snapstream_core.memory import (
     GIB,
     PREFILL_CHUNK,
@@ -218,7 +218,7 @@ def alias_of(job: Job, max_prompt_tokens: int) -> Job | None:
     SnapKV with ``prompt_budget`` >= the longest prompt, SnapStream with that and ``recent`` >= max_new_tokens,
     StreamingLLM with ``sinks + recent`` >= prompt + new tokens; with ``positions=original`` only
     (:meth:`~snapstream_core.methods.base.CompressionMethod.keeps_all`, the rule the runner copies rows by,
-    evals/alias.py). The alias's ``run_dir`` is the job's with the
+    evals/execute/alias.py). The alias's ``run_dir`` is the job's with the
     compression's directory name replaced by ``none``'s (the planner matches it against the sweep's own jobs).
     """
     method = _method(dict(job.knobs))

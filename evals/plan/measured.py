@@ -1,7 +1,8 @@
 """A task's ``plan:`` block from its loaded items, for a task without one (``task=lm_eval``, a user's own task).
 
 The runner has the items before any weights load; their prompts are counted with the tokenizer alone (as
-:mod:`evals.alias` counts them), and the planner then sizes the job from the real lengths. The generated length is
+:mod:`evals.execute.alias` counts them), and the planner then sizes the job from the real lengths. The generated
+length is
 unknown before the run: ``gen_fraction`` 1 (every sample runs to its ``max_new_tokens``) is the upper bound of the
 time estimate; the memory does not depend on it.
 """
@@ -33,8 +34,8 @@ def plan_block(lengths: Sequence[int], groups: int = 4) -> dict[str, Any]:
 def prompt_lengths(cfg: Any, task: Any, items: Sequence[Any]) -> tuple[list[int], int]:
     """Token counts of every item's prompt (the tokenizer alone, no weights) and the largest ``max_new_tokens`` a
     prompt asks for (a task's protocol may fix it per request; 0 when none does)."""
-    from evals.backends.hf import encode_prompt
-    from evals.models import load_tokenizer
+    from evals.config.models import load_tokenizer
+    from evals.execute.backends.hf import encode_prompt
     from tasks.base import Prompt
 
     tokenizer = load_tokenizer(cfg.model)

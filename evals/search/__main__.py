@@ -81,7 +81,7 @@ def _combos(rest: list[str], opts: SearchOptions) -> list[list[str]]:
     from hydra.core.global_hydra import GlobalHydra
 
     from evals.cli import CONF, UserError, expand, validate
-    from evals.conf_store import register_methods
+    from evals.config.conf_store import register_methods
     from evals.runner import check
 
     multirun = any(a in ("-m", "--multirun") for a in rest)

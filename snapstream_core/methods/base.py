@@ -65,7 +65,7 @@ class CompressionMethod:
     """Base of the method dataclasses. Subclasses set ``method`` and implement :meth:`select`.
 
     Every field is a knob and needs a default. ``tag_order`` orders the knobs in the run tag (the readable name of
-    a run directory, ``evals/conf_store.py``); empty: the class's own fields in definition order, then the shared
+    a run directory, ``evals/config/conf_store.py``); empty: the class's own fields in definition order, then the shared
     ones (``positions``). A field's tag prefix is ``field(metadata={"tag": ...})``, else its initials
     (:func:`tag_prefix`).
     """

@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 
-from evals.backends.base import Backend, Request, Sample, check_rows
-from evals.models import load_model
-from evals.prompts import prompt_record
+from evals.config.models import load_model
+from evals.execute.backends.base import Backend, Request, Sample, check_rows
+from evals.execute.prompts import prompt_record
 from snapstream_core import attach
 from snapstream_core.engine import Engine, EngineItem, Finished, item_key
 from snapstream_core.engine.loop import MIN_CPU_ROWS
@@ -33,7 +33,7 @@ END_OF_TURN = ("<|eot_id|>", "<|im_end|>", "<|end_of_text|>", "<｜end▁of▁se
 def encode_prompt(tokenizer: Any, model_cfg: Any, prompt: Prompt) -> list[int]:
     """Token ids of a prompt: chat messages through the tokenizer's chat template (``model.system_prompt``
     prepended unless thinking), raw text as is. Needs only the tokenizer: the runner counts prompts before any
-    weights load (evals/alias.py)."""
+    weights load (evals/execute/alias.py)."""
     if isinstance(prompt.messages, str):
         return tokenizer(prompt.messages, add_special_tokens=True)["input_ids"]
     messages = list(prompt.messages)

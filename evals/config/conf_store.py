@@ -15,7 +15,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-CONF = Path(__file__).resolve().parent.parent / "conf"
+CONF = Path(__file__).resolve().parents[2] / "conf"
 GROUP = "compression"
 KNOBS_NODE = "compression_knobs"  # a root config that conf/compression/*.yaml lists first in their defaults
 PROVIDER = "snapstream_core.methods"  # marks the nodes stored here (so that stale ones can be dropped)

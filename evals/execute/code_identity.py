@@ -1,8 +1,10 @@
 """The identities of the code that generated a row and of the code that graded it.
 
 * **Generation** (``generation_id``): a hash of the source files that decide tokens: the compression core
-  (``snapstream_core/``), the backends (``evals/backends/``), model loading (``evals/models.py``), prompt records
-  (``evals/prompts.py``), the shared prompt helpers (``tasks/base.py``) and the task's prompt building (the files
+  (``snapstream_core/``), the backends (``evals/execute/backends/``), model loading (``evals/config/models.py``),
+  prompt records
+  (``evals/execute/prompts.py``), the shared prompt helpers (``tasks/base.py``) and the task's prompt building (the
+  files
   that define its ``prompt`` and ``followup`` and, in a package, its ``prompts.py``), plus the versions of torch
   and transformers. The git commit, when there is one, is recorded beside it (``generation_commit``) but is not
   part of it: a commit that changes none of these files generates the same tokens.
@@ -27,8 +29,9 @@ from typing import Any
 
 from tasks.protocol import hook
 
-REPO = Path(__file__).resolve().parent.parent
-GENERATION_SOURCES = ("snapstream_core", "evals/backends", "evals/models.py", "evals/prompts.py", "tasks/base.py")
+REPO = Path(__file__).resolve().parents[2]
+GENERATION_SOURCES = ("snapstream_core", "evals/execute/backends", "evals/config/models.py", "evals/execute/prompts.py",
+                      "tasks/base.py")
 GRADING_SOURCES = ("tasks/protocol.py", "tasks/base.py")
 GENERATION_PACKAGES = ("torch", "transformers")
 

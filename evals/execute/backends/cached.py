@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from evals.backends.base import Backend, Request, Sample
-from evals.sample_cache import SampleCache
+from evals.execute.backends.base import Backend, Request, Sample
+from evals.execute.sample_cache import SampleCache
 from tasks.base import Prompt
 
 

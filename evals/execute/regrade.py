@@ -1,4 +1,4 @@
-"""Rows made or graded by other code (:mod:`evals.code_identity`): the one rule for every row a run did not just
+"""Rows made or graded by other code (:mod:`evals.execute.code_identity`): the one rule for every row a run did not just
 generate (resumed from its own ``samples.jsonl``, reused from the sample cache, copied from the full-cache run).
 
 A row is reused only under this process's generation identity (``generation_id``; a row of other code, or of a

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from evals.prompts import prompt_record
+from evals.execute.prompts import prompt_record
 from tasks.base import Prompt
 
 
@@ -105,7 +105,7 @@ class Backend(ABC):
 
     def cached(self, wanted: Iterable[tuple[Any, Iterable[int]]]) -> list[tuple[Any, dict[str, Any], dict[str, Any]]]:
         """``(item, row, prompt_record)`` of the wanted (item, sample indices) already finished elsewhere (the sample
-        cache, :class:`~evals.backends.cached.CachingBackend`); by default none."""
+        cache, :class:`~evals.execute.backends.cached.CachingBackend`); by default none."""
         return []
 
     def keep(self, item: Any, row: dict[str, Any], prompt: dict[str, Any] | None) -> None:

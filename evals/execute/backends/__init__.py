@@ -2,7 +2,8 @@
 ``replay`` reads completions produced elsewhere.
 
 The runner never tests a backend's name: it reads the capabilities every backend class declares (see
-:class:`~evals.backends.base.Backend`): ``loads_weights``, ``replays``, ``needs_prompts``, ``supports_followup``,
+:class:`~evals.execute.backends.base.Backend`): ``loads_weights``, ``replays``, ``needs_prompts``,
+``supports_followup``,
 ``batch_size``.
 """
 
@@ -12,13 +13,13 @@ import importlib
 from types import SimpleNamespace
 from typing import Any
 
-from evals.backends.base import Backend, Request, Sample
+from evals.execute.backends.base import Backend, Request, Sample
 from snapstream_core.hints import did_you_mean
 
 # name -> "module:Class", imported on first use (``hf`` imports torch and transformers).
 BACKENDS: dict[str, str] = {
-    "hf": "evals.backends.hf:HFBackend",
-    "replay": "evals.backends.replay:ReplayBackend",
+    "hf": "evals.execute.backends.hf:HFBackend",
+    "replay": "evals.execute.backends.replay:ReplayBackend",
 }
 # The capabilities a config check needs, known without importing the backend (so checking a config never imports
 # torch); :func:`backend_class` refuses a class whose attributes disagree. A backend left out here is imported.
@@ -46,7 +47,7 @@ def backend_class(name: str) -> type:
     for trait, value in TRAITS.get(name, {}).items():
         if getattr(cls, trait) != value:
             got = getattr(cls, trait)
-            raise TypeError(f"evals.backends.TRAITS[{name!r}]: {trait}={value}, but {attr}.{trait}={got}")
+            raise TypeError(f"evals.execute.backends.TRAITS[{name!r}]: {trait}={value}, but {attr}.{trait}={got}")
     return cls
 
 

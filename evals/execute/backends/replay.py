@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from evals.backends.base import Backend, Request, Sample
+from evals.execute.backends.base import Backend, Request, Sample
 from evals.rows import check_measured
 from evals.text import repair_surrogates
 from tasks.base import iter_jsonl

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evals.identity import fingerprint, sampler_of
-from evals.prompts import prompt_record
+from evals.execute.identity import fingerprint, sampler_of
+from evals.execute.prompts import prompt_record
 from evals.rows import read_rows
 from evals.rundir import META, SAMPLES, read_meta
 from snapstream_core.methods import knob_names
@@ -40,7 +40,7 @@ class Source:
 
 
 def identity_with_method(identity: dict[str, Any], method_knobs: dict[str, Any]) -> dict[str, Any]:
-    """The identity of the same run with another method (as :func:`evals.identity.run_identity` builds it)."""
+    """The identity of the same run with another method (as :func:`evals.execute.identity.run_identity` builds it)."""
     gen = {k: v for k, v in identity["gen"].items() if k != "sampler"}
     sampler = sampler_of(gen, method_knobs)
     return {**identity, "compression": method_knobs, "gen": gen | ({"sampler": sampler} if sampler else {})}
@@ -78,8 +78,8 @@ def find_source(cfg: Any, p: Any, pending: list[tuple[Any, tuple[int, ...]]]) ->
     G = p.sampling.max_new_tokens
     if not method.keeps_all(1, G):  # cheapest test first: not even a one-token prompt is kept whole
         return None
-    from evals.backends.hf import encode_prompt
-    from evals.models import load_tokenizer
+    from evals.config.models import load_tokenizer
+    from evals.execute.backends.hf import encode_prompt
 
     tokenizer = load_tokenizer(cfg.model)  # the tokenizer alone: no weights load for a copied run
     if tokenizer.pad_token_id is None:
