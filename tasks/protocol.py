@@ -1,4 +1,4 @@
-"""The task interface in one place: what the runner (:mod:`evals.runner`) and the report (:mod:`evals.report`) call
+"""The task interface in one place: what the runner (:mod:`evals.execute`) and the report (:mod:`evals.report`) call
 on a task module, required and optional.
 
 A task is a module (or package) under ``tasks/`` registered by name in :mod:`tasks.registry`; it imports no torch.

@@ -126,7 +126,7 @@ def test_an_appended_unknown_key_is_refused_before_any_work():
     """``+compression.<key>=`` gets past Hydra's struct check; the runner's check (before data or weights) and the
     command line refuse it with one line."""
     from evals.cli import validate
-    from evals.runner import check
+    from evals.config.spec import check
 
     cfg = compose_cfg(["model=tiny_llama", "compression=snapkv", "+compression.prompt_budgt=64"])
     with pytest.raises(ValueError, match="compression.prompt_budgt: not a knob of any method"):

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from evals.rows import read_rows
-from evals.runner import run
+from evals.run import run
 from tests.runner_utils import ROOT, TINY, cli, compose_cfg
 
 NEEDLE = [*TINY, "task=needle", "task.context_tokens=128", "task.n_items=2", "gen.max_new_tokens=4"]

@@ -10,7 +10,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from evals.cli import precheck
-from evals.runner import check
+from evals.config.spec import check
 from tasks.livecodebench.grader import GradeSettings
 from tasks.livecodebench.problem import parse_problem
 from tests.runner_utils import TINY, compose_cfg

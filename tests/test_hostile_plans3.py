@@ -1,5 +1,5 @@
 """Hostile command lines, round 3: ``plan.memory_gib`` is a finite number > 0, ``evals.plan`` refuses exactly what
-``evals.run`` refuses (one check, :func:`evals.runner.check`), and a deeply nested override or
+``evals.run`` refuses (one check, :func:`evals.config.spec.check`), and a deeply nested override or
 ``hydra.job.chdir=true`` is one line naming the key, never a traceback or an unnamed error."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from evals.cli import precheck
+from evals.config.spec import check
 from evals.plan.__main__ import main as plan_main
-from evals.runner import check
 from tests.runner_utils import TINY, compose_cfg
 
 PAPER_JOB = ["model=llama31_8b_instruct", "task=aime24", "compression=snapstream"]

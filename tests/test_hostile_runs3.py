@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 
 import tasks.base
 from evals.rows import RowWriter, read_rows
-from evals.runner import run
+from evals.run import run
 from tasks.base import bundled_path, iter_jsonl
 from tasks.longbench_v2 import load as load_longbench
 from tests.runner_utils import TINY, cli, compose_cfg
@@ -183,7 +183,7 @@ def test_a_meta_json_that_is_not_an_object_with_no_rows_beside_it_is_replaced(tm
 
 def test_overwrite_takes_the_old_headline_away_before_anything_else(tmp_path, monkeypatch):
     """R3: ``overwrite=true`` kept ``results.json``; a re-run killed early left the old scores beside no rows."""
-    import evals.runner
+    import evals.execute.loop
 
     args = replay_args(tmp_path)
     out = run(compose_cfg(args), tmp_path / "run")
@@ -192,7 +192,7 @@ def test_overwrite_takes_the_old_headline_away_before_anything_else(tmp_path, mo
     def killed(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(evals.runner, "_generate_and_score", killed)
+    monkeypatch.setattr(evals.execute.loop, "_generate_and_score", killed)
     with pytest.raises(KeyboardInterrupt):
         run(compose_cfg([*args, "overwrite=true"]), out)
     assert not (out / "results.json").exists() and not (out / "summary.csv").exists()

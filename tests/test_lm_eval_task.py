@@ -13,7 +13,7 @@ import pytest
 import tasks.lm_eval as lm_task
 from evals.cli import precheck
 from evals.execute.backends.hf import HFBackend
-from evals.runner import run
+from evals.run import run
 from tests.lm_eval_helpers import (
     LIMIT,
     RUNNER_ARGS,

@@ -114,7 +114,7 @@ def test_its_runs_are_named_tabled_and_labelled(registered, tmp_path):
     """In-process runs (tiny_llama, 2 needle items, 4 new tokens) of two ``first_k``: the directory carries the
     generated tag, ``samples.csv`` and ``summary.csv`` a ``first_k`` column, the report a label per ``first_k``."""
     from evals.report.render import write_report
-    from evals.runner import run
+    from evals.run import run
 
     base = [*TINY, "task=needle", "task.context_tokens=128", "task.n_items=2", "gen.max_new_tokens=4",
             f"out_root={tmp_path}"]

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from evals.report import main
-from evals.runner import run
+from evals.run import run
 from tests.runner_utils import compose_cfg
 from tests.test_hostile_files2 import replay_args
 from tests.test_report import RUNS, _write

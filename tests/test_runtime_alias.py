@@ -9,9 +9,9 @@ import shutil
 
 import pytest
 
-import evals.runner
+import evals.execute.loop
 from evals.report.render import write_report
-from evals.runner import run
+from evals.run import run
 from tests.runner_utils import TINY, compose_cfg
 
 NEEDLE = ["task=needle", "task.context_tokens=200", "task.n_items=2"]
@@ -36,7 +36,7 @@ def test_a_budget_holding_everything_copies_the_full_cache_rows_without_loading_
         raise AssertionError("a copied run builds no backend")
 
     with monkeypatch.context() as m:
-        m.setattr(evals.runner, "make_backend", no_backend)
+        m.setattr(evals.execute.loop, "make_backend", no_backend)
         copied = run(compose_cfg([*base, *KEEPS_ALL]))
     meta = json.loads((copied / "meta.json").read_text())
     assert meta["status"] == "complete" and meta["same_as"] == str(full) and meta["n_rows"] == 4

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-import evals.runner as runner
 from evals.execute.sample_cache import DBNAME, DIRNAME, SampleCache
+from evals.run import run as run_cfg
 from tests.runner_utils import TINY, compose_cfg
 
 BASE = {"format": "test", "model": {"name": "m"}}
@@ -193,12 +193,12 @@ def test_a_run_elsewhere_uses_the_cache_under_out_root_made_absolute(tmp_path, m
     monkeypatch.chdir(tmp_path / "cwd")
     cfg = compose_cfg([*TINY, "task=needle", "task.context_tokens=256", "task.n_items=2", "task.limit=1",
                        "out_root=../out"])
-    run_dir = runner.run(cfg, tmp_path / "elsewhere")
+    run_dir = run_cfg(cfg, tmp_path / "elsewhere")
     meta = json.loads((run_dir / "meta.json").read_text())
     assert meta["sample_cache"] == str(tmp_path / "out" / DIRNAME) and (tmp_path / "out" / DIRNAME / DBNAME).is_file()
     assert not (tmp_path / "cwd" / "results").exists()
     (tmp_path / "out" / DIRNAME / DBNAME).write_bytes(b"garbage" * 1000)
     for name in (f"{DBNAME}-wal", f"{DBNAME}-shm"):
         (tmp_path / "out" / DIRNAME / name).unlink(missing_ok=True)
-    again = runner.run(cfg, tmp_path / "again")
+    again = run_cfg(cfg, tmp_path / "again")
     assert json.loads((again / "meta.json").read_text())["status"] == "complete"

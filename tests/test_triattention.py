@@ -9,7 +9,7 @@ import pytest
 import torch
 from runner_utils import compose_cfg
 
-from evals.runner import check
+from evals.config.spec import check
 from snapstream_core.calibration import check_for_model, read_header, save_stats
 from snapstream_core.methods import TriAttention
 from snapstream_core.rope import rotate

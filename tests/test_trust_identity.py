@@ -7,9 +7,9 @@ import pytest
 from omegaconf import OmegaConf
 
 from evals.execute.identity import NOT_RESULT_KEYS, fingerprint, run_identity
-from evals.runner import plan
 from snapstream_core import compression_from_config
 from tests.runner_utils import TINY, compose_cfg
+from tests.runner_utils import plan_cfg as plan
 
 BASE = [*TINY, "task=needle", "task.context_tokens=128", "task.n_items=2", "compression=snapstream",
         "compression.prompt_budget=64", "compression.recent=8", "compression.window=16"]

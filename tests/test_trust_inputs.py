@@ -14,8 +14,9 @@ import pytest
 import torch
 
 from evals.cli import precheck
+from evals.config.spec import check
 from evals.execute.prompts import read_prompts
-from evals.runner import check, run
+from evals.run import run
 from tasks import get_task
 from tests.runner_utils import TINY, cli, compose_cfg
 

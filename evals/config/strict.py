@@ -101,6 +101,6 @@ def check_keys(container: dict[str, Any]) -> None:
 
 
 def check(container: dict[str, Any]) -> None:
-    """Every strict check of the resolved config (``evals.runner.check`` calls it before anything loads)."""
+    """Every strict check of the resolved config (``evals.config.spec.check`` calls it before anything loads)."""
     check_keys(container)
     check_values(container)

@@ -13,7 +13,7 @@
   code (the optional hook ``grading_setup(cfg)``: LiveCodeBench's resolved sandbox mode and interpreter).
 
 A row of the sample cache or of a resumed run directory is reused only under this process's generation identity,
-and re-graded when its grading identity differs (:mod:`evals.runner`). The source hashes are computed once per
+and re-graded when its grading identity differs (:mod:`evals.execute.loop`). The source hashes are computed once per
 process and task (a few hundred KiB read); the grading setup once per run.
 """
 
@@ -27,6 +27,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from evals.rundir import git_commit
 from tasks.protocol import hook
 
 REPO = Path(__file__).resolve().parents[2]
@@ -105,6 +106,4 @@ def grading_id(task: Any, setup: dict[str, Any]) -> str:
 @functools.lru_cache(maxsize=1)
 def commit() -> str | None:
     """The harness's git commit (None outside a git checkout), read once per process."""
-    from evals.rundir import git_commit
-
     return git_commit()

@@ -15,6 +15,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from evals.config.registry import BACKENDS, backend_traits
+
 # Keys that cannot change a row: labels derived from other keys, and the batching of prompts.
 # gen.compile: compiled and eager decode give the same tokens (tests/test_compile.py); rows record which ran.
 # gen.rows: a sample draws from its own noise, the same tokens at any row count (tests/test_engine.py).
@@ -71,8 +73,6 @@ def sampler_of(gen: dict[str, Any], method_knobs: dict[str, Any]) -> str | None:
 def run_identity(container: dict[str, Any], method_knobs: dict[str, Any], weights: str, items: list[Any]) -> dict:
     """The identity of a run from its resolved config (``OmegaConf.to_container(cfg, resolve=True)``)."""
     backend = dict(container["backend"])
-    from evals.execute.backends import BACKENDS, backend_traits
-
     if backend.get("name") in BACKENDS and backend_traits(backend["name"]).replays:  # check() refuses other names
         backend["file_sha256"] = file_sha256(backend["path"])
         backend.pop("path", None)  # the content is the identity, not where it lies

@@ -1,4 +1,4 @@
-"""Running the budgets of a search as ordinary runs (``evals.runner.run`` in this process) and measuring each
+"""Running the budgets of a search as ordinary runs (``evals.execute.loop.run`` in this process) and measuring each
 against the full cache exactly as ``python -m evals.report`` does (the same per-item scores, paired bootstrap and
 seeds), plus the one-sided non-inferiority test of :mod:`evals.noninferiority`."""
 

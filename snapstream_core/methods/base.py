@@ -205,7 +205,7 @@ class CompressionMethod:
         """Priorities of the prompt tokens of one layer (only called when :meth:`needs_selection`)."""
         raise NotImplementedError
 
-    # Whether :meth:`check_shape` needs the model's shape (``evals.runner.check`` reads it only then).
+    # Whether :meth:`check_shape` needs the model's shape (``evals.config.spec.check`` reads it only then).
     needs_shape: ClassVar[bool] = False
 
     def check_shape(self, shape: Mapping[str, Any]) -> None:

@@ -37,15 +37,6 @@ class Sample:
     stages: list[str] | None = None  # completions of every call of a multi-call protocol, the last one final
 
 
-def check_rows(value: Any) -> int | str:
-    """``gen.rows``: ``auto`` or an integer >= 1 (decode rows held at once)."""
-    if value == "auto":
-        return value
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"gen.rows: must be auto or an integer >= 1 (decode rows held at once), got {value!r}")
-    return value
-
-
 class Backend(ABC):
     """What the runner needs of a backend, with a default for every optional capability (the runner never probes
     a backend with ``hasattr``; as lm-eval's ``LM`` base class). The class attributes are its capabilities, which the

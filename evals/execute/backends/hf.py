@@ -12,8 +12,9 @@ from typing import Any
 
 import torch
 
+from evals.config.encode import encode_prompt
 from evals.config.models import load_model
-from evals.execute.backends.base import Backend, Request, Sample, check_rows
+from evals.execute.backends.base import Backend, Request, Sample
 from evals.execute.prompts import prompt_record
 from snapstream_core import attach
 from snapstream_core.engine import Engine, EngineItem, Finished, item_key
@@ -28,32 +29,6 @@ log = logging.getLogger(__name__)
 
 # End-of-turn tokens of the chat formats we run, besides the tokenizer's own EOS.
 END_OF_TURN = ("<|eot_id|>", "<|im_end|>", "<|end_of_text|>", "<｜end▁of▁sentence｜>")
-
-
-def encode_prompt(tokenizer: Any, model_cfg: Any, prompt: Prompt) -> list[int]:
-    """Token ids of a prompt: chat messages through the tokenizer's chat template (``model.system_prompt``
-    prepended unless thinking), raw text as is. Needs only the tokenizer: the runner counts prompts before any
-    weights load (evals/execute/alias.py)."""
-    if isinstance(prompt.messages, str):
-        return tokenizer(prompt.messages, add_special_tokens=True)["input_ids"]
-    messages = list(prompt.messages)
-    system = model_cfg.system_prompt
-    if system and not model_cfg.thinking and messages and messages[0]["role"] != "system":
-        messages = [{"role": "system", "content": system}, *messages]
-    if prompt.prefill:
-        text = tokenizer.apply_chat_template(
-            [*messages, {"role": "assistant", "content": prompt.prefill}],
-            continue_final_message=True,
-            tokenize=False,
-        )
-        # continue_final_message cuts trailing whitespace of the prefill (R1's "<think>\n"): put it back
-        tail = prompt.prefill[len(prompt.prefill.rstrip()):]
-        if tail and not text.endswith(tail):
-            text += tail
-        return tokenizer(text, add_special_tokens=False)["input_ids"]
-    return tokenizer.apply_chat_template(
-        messages, add_generation_prompt=True, tokenize=True, return_dict=False
-    )
 
 
 def positions_advice(prompt_tokens: int, max_new: int, positions: int, model: str) -> str:
@@ -85,19 +60,20 @@ class HFBackend(Backend):
         method: CompressionMethod,
         sampling: SamplingConfig,
         compile: bool | str = "auto",
-        rows: int | str = "auto",
+        rows: int = MIN_CPU_ROWS,
+        requested: int | str | None = None,
         seed: int = 0,
         planned_bytes: int | None = None,
     ):
         self.model_cfg = model_cfg
-        self.rows = check_rows(rows)
+        self.rows = rows  # decode rows (evals.plan.job.choose_rows)
+        self.requested = rows if requested is None else requested  # gen.rows as meta.json reports it
         self.seed = int(seed)
         self.planned_bytes = planned_bytes
         self.engine: Engine | None = None  # one per backend: every request of the run, follow-ups included
         self.engines = 0
         self.method = method
         self.sampling = sampling
-        resolve_compile(compile, "cpu")  # checks the value (gen.compile) before the weights load
         self.compile = compile
         self.compile_meta: dict[str, Any] = {}
         self.model, self.tokenizer = load_model(model_cfg)
@@ -138,7 +114,7 @@ class HFBackend(Backend):
                                 record_s=round(e.record_s, 3))
         c = e.counts if e is not None else None
         steps, row_steps, used = (c.steps, c.row_steps, c.used) if c is not None else (0, 0, 0)
-        rows = {"gen.rows": self.rows, "steps": steps, "row_steps": row_steps, "used_row_steps": used,
+        rows = {"gen.rows": self.requested, "steps": steps, "row_steps": row_steps, "used_row_steps": used,
                 "rows": None if self.engine is None else self.engine.rows,
                 "prefills": e.prefills if e else 0, "kv_allocations": e.kv_allocations if e else 0,
                 "engines": self.engines, "compiles": e.compiles if e else 0,
@@ -192,9 +168,8 @@ class HFBackend(Backend):
     def _engine(self) -> Engine:
         """The backend's one engine, built at its first request."""
         if self.engine is None:
-            rows = self.rows if self.rows != "auto" else choose_rows(self.model, self.method, self.sampling)
             self.engine = Engine(
-                self.model, self.method, self.sampling, eos=self.eos, rows=rows, seed=self.seed,
+                self.model, self.method, self.sampling, eos=self.eos, rows=self.rows, seed=self.seed,
                 tokenizer=self.tokenizer, compile=resolve_compile(self.compile, self.model.device),
                 planned_bytes=self.planned_bytes,
             )
@@ -253,18 +228,6 @@ class HFBackend(Backend):
 def legacy_seed(seed: int, key: str) -> int:
     """The global-RNG seed of the eager path (``positions=in_cache``) for one item."""
     return (seed * 1_000_003 + zlib.crc32(key.encode())) % (2**31)
-
-
-def choose_rows(model, method: CompressionMethod, sampling: SamplingConfig, n_items: int | None = None) -> int:
-    """``gen.rows=auto``: how many decode rows to hold at once.
-
-    The runner resolves ``auto`` on CUDA before the weights load, with the planner (``evals.plan.job.choose_rows``:
-    the most rows whose peak fits ``plan.memory_gib``), and passes the integer. This fallback serves the backend
-    built directly (no run config): on CUDA every sample of an item at once, at most 8; on CPU the engine's
-    ``MIN_CPU_ROWS`` (its forwards hold at least that many rows there anyway)."""
-    if model.device.type != "cuda":
-        return MIN_CPU_ROWS
-    return max(1, min(sampling.n * (n_items or 1), 8))
 
 
 def cut_at_stop(text: str, stop: tuple[str, ...]) -> str:
