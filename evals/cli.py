@@ -12,6 +12,11 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import open_dict
+
+from evals.config.conf_store import register_methods
 from evals.config.overrides import CONF, UserError, check_nesting, expand, one_line, options, sweeper_params
 from evals.config.spec import RunSpec, check
 from evals.plan.workload import estimate
@@ -33,9 +38,6 @@ class Checked:
 
 def check_combination(overrides: list[str]) -> RunSpec:
     """Compose one job's config and run every check that needs no data and no weights; returns its spec."""
-    from hydra import compose
-    from omegaconf import open_dict
-
     try:
         cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
     except Exception as exc:  # hydra's ConfigCompositionException / MissingConfigException
@@ -62,11 +64,6 @@ def check_combination(overrides: list[str]) -> RunSpec:
 
 def check_command(args: list[str]) -> Checked:
     """Check every combination of the command line ``args``."""
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    from evals.config.conf_store import register_methods
-
     multirun = any(a in ("-m", "--multirun") for a in args)
     register_methods()  # compression=<method> for every registered method, YAML file or not
     GlobalHydra.instance().clear()

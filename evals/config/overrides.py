@@ -3,7 +3,7 @@
 Every combination of a ``-m`` sweep is expanded with Hydra's own override grammar (``OverridesParser`` with the
 config loader, as ``BasicSweeper.sweep`` / ``split_arguments`` do: lists, ``range()``, ``choice()``, ``glob()``,
 quoted values); a bad override becomes one line (:class:`UserError`, :func:`one_line`), with the closest key or group
-to a misspelt one. Hydra is imported when a function needs it.
+to a misspelt one.
 """
 
 from __future__ import annotations
@@ -12,6 +12,11 @@ import difflib
 import itertools
 import re
 from pathlib import Path
+
+from hydra import compose
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import OmegaConf
 
 from evals.config.conf_store import options as compression_options
 from evals.config.strict import GROUPS as CONFIG_GROUPS
@@ -66,9 +71,6 @@ def _key_hint(key: str, overrides: list[str]) -> str:
     else:
         known = set()
         try:
-            from hydra import compose
-            from omegaconf import OmegaConf
-
             rest = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") != key]
             node = OmegaConf.select(compose(config_name="config", overrides=rest), parent)
             known = {str(k) for k in node.keys()} if node is not None and hasattr(node, "keys") else set()
@@ -82,9 +84,6 @@ def expand(args: list[str], multirun: bool) -> list[list[str]]:
     """Every combination of the overrides (one list of ``key=value`` strings each), as Hydra's sweeper expands it.
 
     Must be called inside an initialised Hydra (for ``glob()`` over a group's options)."""
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
     given = [a for a in args if not a.startswith("-")]
     for arg in given:
@@ -136,9 +135,6 @@ def check_nesting(arg: str) -> None:
 
 def sweeper_params(args: list[str]) -> list[str]:
     """``hydra.sweeper.params`` of the composed primary config (experiments put their grid there), as overrides."""
-    from hydra import compose
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     try:
         plain = [o.input_line for o in OverridesParser.create().parse_overrides(args) if not o.is_sweep_override()]
         cfg = compose(config_name="config", overrides=plain, return_hydra_config=True)
