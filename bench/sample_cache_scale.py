@@ -1,5 +1,5 @@
 """What a large sample cache of other runs adds to a run's start: the cache is opened and the run's samples looked up
-(what ``evals.runner`` does before it builds a backend), in a fresh process each time, against an empty cache and
+(what ``evals.execute.loop`` does before it builds a backend), in a fresh process each time, against an empty cache and
 against one holding ``--mib`` MiB of other runs' rows, alternately. Prints the time and the process's peak RSS of
 each: the difference is what the cache's size adds.
 

@@ -1,7 +1,6 @@
 """A local checkpoint (``model.source=path``) is identified by its whole content (evals/config/checkpoint_hash.py):
-weights
-changed past the first MiB, a new chat template, tokenizer or generation config give another identity; each file is
-hashed once (remembered by path, size, mtime and inode), and a changed file is hashed again."""
+weights changed past the first MiB, a new chat template, tokenizer or generation config give another identity; each file
+is hashed once (remembered by path, size, mtime and inode), and a changed file is hashed again."""
 
 from __future__ import annotations
 

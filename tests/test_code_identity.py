@@ -1,6 +1,5 @@
-"""Generation and grading identities (evals/execute/code_identity.py, evals/execute/regrade.py): a row records the
-code that
-generated and graded it; a cached or resumed completion is reused only under the same generation identity and is
+"""Generation and grading identities (evals/execute/code_identity.py, evals/execute/regrade.py): a row records the code
+that generated and graded it; a cached or resumed completion is reused only under the same generation identity and is
 re-graded, through ``evals.run``, whenever the grading identity differs."""
 
 from __future__ import annotations

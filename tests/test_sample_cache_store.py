@@ -1,6 +1,5 @@
 """The sample cache's database (evals/execute/sample_cache.py): concurrent writers and a ``kill -9`` lose nothing but
-the
-sample in flight; a damaged, foreign or untrusted cache costs one warning and generation, never a crash; a lookup
+the sample in flight; a damaged, foreign or untrusted cache costs one warning and generation, never a crash; a lookup
 reads only the run's keys; the folder is made absolute from ``out_root`` and used only when it is the user's."""
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """The identities of the code that generated a row and of the code that graded it.
 
 * **Generation** (``generation_id``): a hash of the source files that decide tokens: the compression core
-  (``snapstream_core/``), the backends (``evals/execute/backends/``), model loading (``evals/config/models.py``),
-  prompt records
-  (``evals/execute/prompts.py``), the shared prompt helpers (``tasks/base.py``) and the task's prompt building (the
-  files
-  that define its ``prompt`` and ``followup`` and, in a package, its ``prompts.py``), plus the versions of torch
-  and transformers. The git commit, when there is one, is recorded beside it (``generation_commit``) but is not
+  (``snapstream_core/``), the backends (``evals/execute/backends/``), model loading (``evals/config/models.py``), prompt
+  records (``evals/execute/prompts.py``), the shared prompt helpers (``tasks/base.py``) and the task's prompt building
+  (the files that define its ``prompt`` and ``followup`` and, in a package, its ``prompts.py``), plus the versions of
+  torch and transformers. The git commit, when there is one, is recorded beside it (``generation_commit``) but is not
   part of it: a commit that changes none of these files generates the same tokens.
 * **Grading** (``grading_id``): a hash of every source file of the task (its module, or all of its package), the
   task interface (``tasks/protocol.py``, ``tasks/base.py``) and what the task says decides a verdict besides its

@@ -1,13 +1,11 @@
 """The sample cache: a finished sample is stored under its identity and reused by any run that needs the same sample.
 
-A sample is a pure function of (model and weights, method and its effective knobs, the prompt, the sampler, the
-seed, the item, the sample index, the code that generates it). Its key here is built from the run's identity
-(:func:`evals.execute.identity.run_identity`) with what only *selects* items left out (``task.limit``,
-``task.n_items``, the
-hash of all items read), the task's resolved grading setup put in (LiveCodeBench: the sandbox mode ``auto`` resolved
-to, never ``auto``), the generation identity (:mod:`evals.execute.code_identity`) and the item itself (its id and a
-hash of
-its content). ``gen.n_samples`` is left out where sample ``i`` does not depend on it (greedy, or the engine's
+A sample is a pure function of (model and weights, method and its effective knobs, the prompt, the sampler, the seed,
+the item, the sample index, the code that generates it). Its key here is built from the run's identity
+(:func:`evals.execute.identity.run_identity`) with what only *selects* items left out (``task.limit``, ``task.n_items``,
+the hash of all items read), the task's resolved grading setup put in (LiveCodeBench: the sandbox mode ``auto`` resolved
+to, never ``auto``), the generation identity (:mod:`evals.execute.code_identity`) and the item itself (its id and a hash
+of its content). ``gen.n_samples`` is left out where sample ``i`` does not depend on it (greedy, or the engine's
 counter-based noise keyed on (seed, item, sample, step)).
 
 Storage: one SQLite database (``samples.sqlite``, write-ahead log, as lm-eval's own response cache is a SQLite

@@ -1,9 +1,8 @@
 """A task's ``plan:`` block from its loaded items, for a task without one (``task=lm_eval``, a user's own task).
 
 The runner has the items before any weights load; their prompts are counted with the tokenizer alone (as
-:mod:`evals.execute.alias` counts them), and the planner then sizes the job from the real lengths. The generated
-length is
-unknown before the run: ``gen_fraction`` 1 (every sample runs to its ``max_new_tokens``) is the upper bound of the
+:mod:`evals.execute.alias` counts them), and the planner then sizes the job from the real lengths. The generated length
+is unknown before the run: ``gen_fraction`` 1 (every sample runs to its ``max_new_tokens``) is the upper bound of the
 time estimate; the memory does not depend on it.
 """
 
