@@ -1,5 +1,5 @@
 """The one-time cost of identifying a local checkpoint by content: a ``--gib`` GiB weight file hashed by
-:func:`evals.checkpoint_hash.checkpoint_sha256` with an empty memo (read and hashed), then again (remembered).
+:func:`evals.config.checkpoint_hash.checkpoint_sha256` with an empty memo (read and hashed), then again (remembered).
 
     python -m bench.checkpoint_hash --gib 1 --rounds 3
 """
@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from evals.checkpoint_hash import checkpoint_sha256
+from evals.config.checkpoint_hash import checkpoint_sha256
 
 log = logging.getLogger("bench.checkpoint_hash")
 

@@ -76,7 +76,7 @@ def capture(n_tokens: int) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-    from evals.models import load_model
+    from evals.config.models import load_model
 
     cfg = OmegaConf.load(Path(__file__).resolve().parents[1] / "conf" / "model" / "smollm2_135m.yaml")
     model, tok = load_model(cfg)

@@ -1,7 +1,7 @@
 """The models a benchmark runs and the prompts it feeds them.
 
 - A model of the harness (``conf/model/<name>.yaml``, e.g. the embedded ``smollm2_135m`` or ``tiny_llama``), loaded
-  with :func:`evals.models.load_model`; prompts are prefixes of one real text (the needle task's essay haystack).
+  with :func:`evals.config.models.load_model`; prompts are prefixes of one real text (the needle task's essay haystack).
 - ``llama31_8b_shape``: Llama-3.1-8B's architecture (32 layers, hidden 4096, 32 heads, 8 KV heads, MLP 14336,
   vocab 128256, llama3 RoPE scaling to 131072 positions) with random weights, built directly on the GPU; prompts are
   random token ids. Timing and memory depend on shapes only, so no download is needed. Needs torch and
@@ -83,7 +83,7 @@ def max_positions(cfg: BenchConfig) -> int:
         return int(node.arch.max_position_embeddings)
     from transformers import AutoConfig
 
-    from evals.models import embedded_dir
+    from evals.config.models import embedded_dir
 
     where = {"embedded": None, "path": node.path, "hub": node.hub_id}[node.source]
     return int(AutoConfig.from_pretrained(str(embedded_dir()) if where is None else where).max_position_embeddings)
@@ -117,7 +117,7 @@ def load(cfg: BenchConfig, n_tokens: int):
     if cfg.model == LLAMA_8B_SHAPE:
         model, prompts = _llama_8b_shape(cfg)
     else:
-        from evals.models import load_model
+        from evals.config.models import load_model
 
         model, tokenizer = load_model(_model_node(cfg))
         prompts = Prompts(_text_ids(tokenizer, n_tokens))

@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
     from omegaconf import OmegaConf
 
-    from evals.models import load_model
+    from evals.config.models import load_model
     from snapstream_core.prefill import DEFAULT_CHUNK, prefill_peak_bytes
 
     model, _ = load_model(OmegaConf.load(os.path.join("conf", "model", f"{args.model}.yaml")))

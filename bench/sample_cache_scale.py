@@ -1,5 +1,5 @@
 """What a large sample cache of other runs adds to a run's start: the cache is opened and the run's samples looked up
-(what ``evals.runner`` does before it builds a backend), in a fresh process each time, against an empty cache and
+(what ``evals.execute.loop`` does before it builds a backend), in a fresh process each time, against an empty cache and
 against one holding ``--mib`` MiB of other runs' rows, alternately. Prints the time and the process's peak RSS of
 each: the difference is what the cache's size adds.
 
@@ -40,7 +40,7 @@ def _row(item_id: str, i: int, filler: str) -> dict:
 
 def build(root: Path, mib: int, items: int, samples: int) -> None:
     """A cache holding the run's own samples and ``mib`` MiB of other runs' rows."""
-    from evals.sample_cache import DBNAME, SampleCache
+    from evals.execute.sample_cache import DBNAME, SampleCache
 
     cache = SampleCache.open(root, BASE)
     filler = "a completion of another run " * 50  # ~1.4 KB, as a short model answer
@@ -63,7 +63,7 @@ def build(root: Path, mib: int, items: int, samples: int) -> None:
 
 def child(root: str, items: int, samples: int) -> None:
     """Open the cache and look up the run's samples; print (seconds, the process's peak RSS in KiB, rows found)."""
-    from evals.sample_cache import SampleCache
+    from evals.execute.sample_cache import SampleCache
 
     start = time.perf_counter()
     cache = SampleCache.open(Path(root), BASE)

@@ -110,7 +110,7 @@ def main(argv: list[str]) -> int:
     from safetensors.torch import save_file
 
     from evals.calibrate import model_config
-    from evals.models import load_model
+    from evals.config.models import load_model
     from snapstream_core.calibration import query_statistics
     from snapstream_core.rope import rope_inv_freq
     from tasks.needle import haystack_text

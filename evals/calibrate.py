@@ -47,7 +47,7 @@ def model_config(name: str) -> Any:
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from evals.conf_store import CONF, register_methods
+    from evals.config.conf_store import CONF, register_methods
 
     if not (CONF / "model" / f"{name}.yaml").is_file():
         known = ", ".join(sorted(p.stem for p in (CONF / "model").glob("*.yaml")))
@@ -59,7 +59,7 @@ def model_config(name: str) -> Any:
 
 
 def default_out(name: str) -> Path:
-    from evals.models import cache_root
+    from evals.config.models import cache_root
 
     return cache_root() / "calibration" / f"{name}.safetensors"
 
@@ -69,7 +69,7 @@ def from_text(model_cfg: Any, text: str, max_tokens: int, out: Path) -> Path:
     own, as ``scripts/calibrate.py``), write the statistics."""
     import torch
 
-    from evals.models import load_model
+    from evals.config.models import load_model
     from snapstream_core.calibration import query_statistics, save_stats
 
     model, tokenizer = load_model(model_cfg)

@@ -37,7 +37,7 @@ def _options(group: str) -> dict[str, str]:
 
 def lines() -> list[str]:
     """Every line ``python -m evals.list`` prints."""
-    from evals.conf_store import own_defaults
+    from evals.config.conf_store import own_defaults
     from snapstream_core.methods import METHODS
     from tasks.registry import TASKS
 

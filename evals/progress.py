@@ -1,9 +1,10 @@
 """Progress of a ``-m`` sweep: one line per finished job ("job k of N", its score, the overall ETA) and, at the end,
 a compact table of every job (a Hydra callback, ``hydra.callbacks.sweep_progress`` in ``conf/config.yaml``).
 
-N is the number of combinations :mod:`evals.cli` checked before the first job (Hydra's basic launcher then runs them
-in this process, one after the other). With a launcher that runs jobs elsewhere the lines come from each worker and
-N is not known there: they say "job k".
+N is the number of combinations :mod:`evals.cli` checked before the first job, handed to the callback by the entry
+point (``hydra.callbacks.sweep_progress.planned``, with each job's planned work in ``...work``); Hydra's basic
+launcher then runs them in this process, one after the other. With a launcher that runs jobs elsewhere the lines
+come from each worker and N is not known there: they say "job k".
 
 The ETA is the time per unit of work so far times the work left, a job's work being its planned samples x
 ``gen.max_new_tokens`` (:func:`job_work`): a 6-item job no longer counts as much as a 500-item one, and jobs that
@@ -13,13 +14,18 @@ nor a rate, so the ETA does not drop after them and jump at the next real job.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 
+from evals.config.spec import RunSpec
+from evals.plan.job import job_from_spec
 from evals.record.throughput import rate_text
 
 log = logging.getLogger("evals.sweep")
@@ -31,16 +37,22 @@ def _clock(seconds: float) -> str:
         f"{seconds // 60}:{seconds % 60:02d}"
 
 
-def job_work(cfgs: list[Any]) -> list[float]:
-    """Each job's planned work (samples x ``gen.max_new_tokens``, as the planner reads the config), so that the ETA
+def job_work(specs: list[RunSpec]) -> list[float]:
+    """Each job's planned work (samples x ``gen.max_new_tokens``, as the planner reads the spec), so that the ETA
     weighs a 30-item job of 32k tokens above a 6-item job of 16; all 1.0 (count jobs) when any is unknown."""
-    from evals.plan.job import job_from_config
-
     try:
-        work = [float(j.total_samples * j.max_new_tokens) for j in map(job_from_config, cfgs)]
+        work = [float(j.total_samples * j.max_new_tokens) for j in map(job_from_spec, specs)]
     except (ValueError, KeyError, TypeError):
-        return [1.0] * len(cfgs)
-    return work if all(w > 0 for w in work) else [1.0] * len(cfgs)
+        return [1.0] * len(specs)
+    return work if all(w > 0 for w in work) else [1.0] * len(specs)
+
+
+def callback_overrides(jobs: int | None, specs: list[RunSpec]) -> list[str]:
+    """The overrides that hand a checked sweep's job count and planned work to :class:`SweepProgress`."""
+    if not jobs:
+        return []
+    work = ",".join(repr(w) for w in job_work(specs)) if len(specs) == jobs else ""
+    return [f"hydra.callbacks.sweep_progress.planned={jobs}", f"hydra.callbacks.sweep_progress.work=[{work}]"]
 
 
 def eta_seconds(elapsed: float, work: list[float], done: int, idle: float) -> float | None:
@@ -56,9 +68,6 @@ def eta_seconds(elapsed: float, work: list[float], done: int, idle: float) -> fl
 def computed_nothing(run_dir: Path, since: float) -> bool:
     """Whether a finished job took its rows from elsewhere: complete before it started, the full cache's copy, or
     every sample from the sample cache (``meta.json``)."""
-    import json
-    from datetime import datetime
-
     try:
         meta = json.loads((run_dir / "meta.json").read_text())
         finished = datetime.fromisoformat(meta["finished"]).timestamp()
@@ -95,7 +104,9 @@ class SweepProgress(Callback):
     """``on_job_end``: "job k of N done in 1:02 (task=…, compression=…): accuracy 83.3% [43.6, 97.0] (n=6) · ETA
     4:10"; ``on_multirun_end``: the table of every job's score."""
 
-    def __init__(self) -> None:
+    def __init__(self, planned: int | None = None, work: list[float] | None = None) -> None:
+        self.planned = planned  # jobs of the checked command line (None: not known here)
+        self.planned_work = list(work or [])
         self.start = 0.0
         self.done = 0
         self.jobs: list[tuple[str, dict[str, Any] | None, str]] = []
@@ -106,10 +117,8 @@ class SweepProgress(Callback):
         self.job_wall = 0.0
 
     def on_multirun_start(self, config, **kwargs: Any) -> None:
-        from evals.cli import checked_configs
-
         self.start = time.perf_counter()
-        self.work = job_work(checked_configs())
+        self.work = self.planned_work
         given = list(config.hydra.overrides.task) + [f"{k}={v}" for k, v in
                                                      (config.hydra.sweeper.get("params") or {}).items()]
         self.swept = {o.split("=", 1)[0].lstrip("+~") for o in given
@@ -120,17 +129,13 @@ class SweepProgress(Callback):
         self.job_wall = time.time()
 
     def on_job_end(self, config, job_return, **kwargs: Any) -> None:
-        from hydra.core.hydra_config import HydraConfig
-
-        from evals.cli import planned_jobs
-
         try:
             if HydraConfig.get().mode.name != "MULTIRUN":
                 return
         except ValueError:
             return
         self.done += 1
-        total = planned_jobs()
+        total = self.planned
         overrides = getattr(job_return, "overrides", None) or []
         swept = " ".join(o for o in overrides if o.split("=", 1)[0].lstrip("+~") in self.swept) or " ".join(overrides)
         res, status = None, "failed"
@@ -140,8 +145,6 @@ class SweepProgress(Callback):
         except Exception:  # noqa: BLE001 - the job's own error is reported by Hydra; we only count it
             value = None
         if isinstance(value, (str, Path)) and (Path(value) / "results.json").is_file():
-            import json
-
             res = json.loads((Path(value) / "results.json").read_text())
         self.jobs.append((swept, res, status))
         took = time.perf_counter() - self.job_start

@@ -1,4 +1,5 @@
-"""``python -m evals.run [-m] key=value ...``: the Hydra entry point (thin: see :func:`evals.runner.run`).
+"""``python -m evals.run [-m] key=value ...``: the Hydra entry point (thin: :func:`evals.config.spec.check`, then
+:func:`evals.execute.loop.run`).
 
 Ctrl-C ends the run with one line (``interrupted: N rows kept; the same command resumes``) and exit code 130: the
 rows already appended to ``samples.jsonl`` are kept, and the same command resumes after them.
@@ -16,7 +17,10 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from evals.cli import UserError, precheck
-from evals.conf_store import register_methods
+from evals.config.conf_store import register_methods
+from evals.config.spec import check
+from evals.execute.loop import run as execute
+from evals.progress import callback_overrides
 
 log = logging.getLogger("evals.run")
 EXPLICIT_DIR = ("hydra.run.dir", "hydra.sweep.dir", "hydra.sweep.subdir")
@@ -43,6 +47,11 @@ def interrupted(base: Path | None) -> None:
     sys.exit(INTERRUPTED)
 
 
+def run(cfg: DictConfig, run_dir: Path | None = None) -> Path:
+    """Check a composed config and run it (:func:`evals.execute.loop.run`); returns the run directory."""
+    return execute(check(cfg), run_dir)
+
+
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> str | None:
     from evals.logonce import install
@@ -52,8 +61,6 @@ def main(cfg: DictConfig) -> str | None:
     explicit = any(o.split("=", 1)[0].lstrip("+~") in EXPLICIT_DIR for o in hc.overrides.hydra)
     base = Path(hc.runtime.output_dir) if explicit else Path(str(cfg.run_dir))
     try:
-        from evals.runner import run
-
         # An explicit hydra.run.dir / hydra.sweep.* is the run directory; by default the runner adds fp-<fingerprint>.
         return str(run(cfg, Path(hc.runtime.output_dir) if explicit else None))  # the sweep's progress reads it
     except KeyboardInterrupt:
@@ -84,7 +91,9 @@ if __name__ == "__main__":
         except ValueError as exc:  # a method's knob named like a row column
             print(f"error: {exc}", file=sys.stderr)
             sys.exit(2)
-        precheck(sys.argv[1:])
+        checked = precheck(sys.argv[1:])
+        if any(a in ("-m", "--multirun") for a in sys.argv[1:]):  # the sweep's progress: its jobs and their work
+            sys.argv += callback_overrides(checked.jobs, checked.specs)
         main()
     except KeyboardInterrupt:  # before a job started (checking, composing), or between jobs of a sweep
         interrupted(None)

@@ -10,7 +10,7 @@ ours is a safetensors file (no code runs on load), documented in docs/triattenti
 - ``__metadata__`` (strings): ``format`` (:data:`FORMAT`), ``n_layers``, ``n_heads``, ``n_kv_heads``, ``head_dim``,
   ``rope_theta``, ``rope_type``, and free provenance (``model``, ``tokens``, ``text_sha256`` or ``converted_from``).
 
-The header is read without torch (8-byte little-endian length, then JSON), so ``evals.runner.check`` can refuse a
+The header is read without torch (8-byte little-endian length, then JSON), so ``evals.config.spec.check`` can refuse a
 missing, unreadable or mismatched file before weights load.
 """
 

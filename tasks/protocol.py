@@ -1,4 +1,4 @@
-"""The task interface in one place: what the runner (:mod:`evals.runner`) and the report (:mod:`evals.report`) call
+"""The task interface in one place: what the runner (:mod:`evals.execute`) and the report (:mod:`evals.report`) call
 on a task module, required and optional.
 
 A task is a module (or package) under ``tasks/`` registered by name in :mod:`tasks.registry`; it imports no torch.
@@ -59,11 +59,11 @@ OPTIONAL_HOOKS: dict[str, str] = {
     "followup": "followup(item, completion, model_cfg, *, cfg, tokenizer) -> (prompt, max_new_tokens) | None: a "
                 "second generation call (LongBench-v2 CoT); only backends with supports_followup run it.",
     "grading_setup": "grading_setup(cfg) -> dict: what decides a verdict besides the task's code (LiveCodeBench: the "
-                     "resolved sandbox mode and interpreter), in the grading identity (evals.code_identity) and the "
-                     "sample cache's key. Without it: {}.",
+                     "resolved sandbox mode and interpreter), in the grading identity (evals.execute.code_identity) "
+                     "and the sample cache's key. Without it: {}.",
     "GRADING_PACKAGES": "GRADING_PACKAGES: tuple[str, ...]: folders of the repository outside the task whose code "
                         "decides its verdicts (LiveCodeBench: 'sandbox'), hashed into the grading identity "
-                        "(evals.code_identity) with the task's own files. Without it: the task's files only.",
+                        "(evals.execute.code_identity) with the task's own files. Without it: the task's files only.",
     "protocol_name": "protocol_name(cfg) -> str: the grading protocol of the run, recorded in meta.json. Without "
                      "it: None (the task grades one way).",
     "per_problem": "per_problem(rows) -> DataFrame: a per-item table the report adds (AIME).",

@@ -61,7 +61,7 @@ def smollm2():
     """The embedded SmolLM2-135M-Instruct (converted once per machine) and its tokenizer."""
     from omegaconf import OmegaConf
 
-    from evals.models import load_model
+    from evals.config.models import load_model
 
     cfg = OmegaConf.load(os.path.join(os.path.dirname(__file__), "..", "conf", "model", "smollm2_135m.yaml"))
     model, tok = load_model(cfg)
@@ -74,7 +74,7 @@ def tiny_llama_dir(tmp_path_factory):
     models by path (lm-eval's HFLM)."""
     from omegaconf import OmegaConf
 
-    from evals.models import load_model
+    from evals.config.models import load_model
 
     cfg = OmegaConf.load(os.path.join(os.path.dirname(__file__), "..", "conf", "model", "tiny_llama.yaml"))
     model, tok = load_model(cfg)

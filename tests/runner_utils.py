@@ -10,7 +10,7 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
-from evals.conf_store import register_methods
+from evals.config.conf_store import register_methods
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "conf"
@@ -35,3 +35,12 @@ def cli(args: list[str], timeout: int = 300, env: dict | None = None) -> subproc
         timeout=timeout,
         env=full_env,
     )
+
+
+def plan_cfg(cfg):
+    """The run plan of a composed config: :func:`evals.config.spec.check`, then :func:`evals.execute.prepare.plan`
+    (items, identity, run directory; no weights)."""
+    from evals.config.spec import check
+    from evals.execute.prepare import plan
+
+    return plan(check(cfg))

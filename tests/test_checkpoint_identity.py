@@ -1,6 +1,6 @@
-"""A local checkpoint (``model.source=path``) is identified by its whole content (evals/checkpoint_hash.py): weights
-changed past the first MiB, a new chat template, tokenizer or generation config give another identity; each file is
-hashed once (remembered by path, size, mtime and inode), and a changed file is hashed again."""
+"""A local checkpoint (``model.source=path``) is identified by its whole content (evals/config/checkpoint_hash.py):
+weights changed past the first MiB, a new chat template, tokenizer or generation config give another identity; each file
+is hashed once (remembered by path, size, mtime and inode), and a changed file is hashed again."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-import evals.checkpoint_hash as checkpoint_hash
-import evals.models as models
-from evals.checkpoint_hash import MEMO, checkpoint_sha256
+import evals.config.checkpoint_hash as checkpoint_hash
+import evals.config.models as models
+from evals.config.checkpoint_hash import MEMO, checkpoint_sha256
 
 
 def checkpoint(root: Path) -> Path:

@@ -60,12 +60,13 @@ def test_the_paper_grid_check_is_offline_and_imports_no_torch():
 
 
 def test_a_finished_run_prints_its_score_and_a_rerun_loads_no_weights(tmp_path, caplog, monkeypatch):
-    from evals import runner
+    import evals.execute.loop as loop
+    from evals.run import run as run_cfg
 
     cfg = compose_cfg([*TINY, "task=needle", "task.limit=2", "task.context_tokens=128", "gen.max_new_tokens=4",
                        f"out_root={tmp_path}"])
     with caplog.at_level(logging.INFO):
-        run_dir = runner.run(cfg)
+        run_dir = run_cfg(cfg)
     text = caplog.text
     assert "result: needle · tiny_llama · none" in text and "accuracy (%): " in text and "2 items, 2 samples" in text
     assert "95% CI (wilson)" in text and "a pipeline check, not a finding" in text
@@ -76,10 +77,10 @@ def test_a_finished_run_prints_its_score_and_a_rerun_loads_no_weights(tmp_path, 
     def no_backend(*args, **kwargs):
         raise AssertionError("a complete run must not build a backend")
 
-    monkeypatch.setattr(runner, "make_backend", no_backend)
+    monkeypatch.setattr(loop, "make_backend", no_backend)
     caplog.clear()
     with caplog.at_level(logging.INFO):
-        assert runner.run(cfg) == run_dir
+        assert run_cfg(cfg) == run_dir
     assert "nothing to do" in caplog.text and "result: needle" in caplog.text
 
 

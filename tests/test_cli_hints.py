@@ -41,7 +41,7 @@ def test_a_huge_task_starts_with_an_estimate_of_the_work(capsys):
 
 
 def test_the_positions_warning_gives_the_fix_that_applies():
-    from evals.backends.hf import positions_advice
+    from evals.execute.backends.hf import positions_advice
 
     alone = positions_advice(5000, 256, 4096, "m")
     assert alone.startswith("the prompt alone (5000 tokens) fills the 4096 positions m was trained for")

@@ -1,5 +1,5 @@
-"""Generation and grading identities (evals/code_identity.py, evals/regrade.py): a row records the code that
-generated and graded it; a cached or resumed completion is reused only under the same generation identity and is
+"""Generation and grading identities (evals/execute/code_identity.py, evals/execute/regrade.py): a row records the code
+that generated and graded it; a cached or resumed completion is reused only under the same generation identity and is
 re-graded, through ``evals.run``, whenever the grading identity differs."""
 
 from __future__ import annotations
@@ -9,12 +9,14 @@ from pathlib import Path
 
 import pytest
 
-import evals.code_identity as code_identity
-import evals.runner as runner
+import evals.execute.code_identity as code_identity
+import evals.execute.loop as loop
+import evals.execute.prepare as prepare
 import tasks.livecodebench as lcb
 import tasks.longbench_v2 as longbench
 import tasks.needle as needle
-from evals.code_identity import REPO, _prompt_files, _task_files, generation_id, sources_sha256
+from evals.execute.code_identity import REPO, _prompt_files, _task_files, generation_id, sources_sha256
+from evals.run import run as run_cfg
 from tests.runner_utils import TINY, compose_cfg
 
 NEEDLE = ["task=needle", "task.context_tokens=256", "task.n_items=4", "task.limit=2"]
@@ -24,12 +26,12 @@ NEEDLE = ["task=needle", "task.context_tokens=256", "task.n_items=4", "task.limi
 def generated(monkeypatch):
     """Samples the backend produced; the sample cache turned on for the test."""
     count = {"n": 0}
-    monkeypatch.setattr(runner, "_produce", counting_from(count))
+    monkeypatch.setattr(loop, "produce", counting_from(count))
     monkeypatch.delenv("SNAPSTREAM_SAMPLE_CACHE", raising=False)
     return count
 
 
-def counting_from(count: dict, produce=runner._produce):
+def counting_from(count: dict, produce=loop.produce):
     def counting(*args, **kwargs):
         for ended in produce(*args, **kwargs):
             count["n"] += len(ended)
@@ -43,7 +45,7 @@ def rows(run_dir: Path) -> list[dict]:
 
 
 def run(tmp_path, run_dir=None, *overrides):
-    return runner.run(compose_cfg([*TINY, *NEEDLE, f"out_root={tmp_path}", *overrides]), run_dir)
+    return run_cfg(compose_cfg([*TINY, *NEEDLE, f"out_root={tmp_path}", *overrides]), run_dir)
 
 
 def a_new_scorer(monkeypatch):
@@ -59,7 +61,7 @@ def test_a_scorer_change_regrades_the_reused_completion(tmp_path, generated, mon
     old = rows(first)
     assert generated["n"] == 2 and all(r["generation_id"] and r["grading_id"] for r in old)
     a_new_scorer(monkeypatch)
-    monkeypatch.setattr(runner, "make_backend", lambda *a, **k: pytest.fail("a backend was built"))
+    monkeypatch.setattr(loop, "make_backend", lambda *a, **k: pytest.fail("a backend was built"))
     second = run(tmp_path, tmp_path / "second")
     new = rows(second)
     assert generated["n"] == 2  # the completions were reused ...
@@ -71,8 +73,8 @@ def test_a_scorer_change_regrades_the_reused_completion(tmp_path, generated, mon
     assert all(r["scored_by"] == "new" and "regraded_from" in r for r in rows(third))
     monkeypatch.undo()  # the backend again, and ...
     monkeypatch.delenv("SNAPSTREAM_SAMPLE_CACHE", raising=False)
-    monkeypatch.setattr(runner, "_produce", counting_from(generated))
-    monkeypatch.setattr(runner, "generation_id", lambda task: "other-generating-code")  # ... other generating code
+    monkeypatch.setattr(loop, "produce", counting_from(generated))
+    monkeypatch.setattr(prepare, "generation_id", lambda task: "other-generating-code")  # ... other generating code
     fourth = run(tmp_path, tmp_path / "fourth")
     assert generated["n"] == 4 and not any("cached_from" in r for r in rows(fourth))  # never served from the cache
 
@@ -87,7 +89,7 @@ def test_resume_regrades_in_place_and_regenerates_rows_of_other_generating_code(
     assert all(r["scored_by"] == "new" for r in rows(first)) and len(rows(first)) == 2
     summary = (first / "summary.csv").read_text()
     assert ",0.0," in summary or ",0," in summary, summary  # the new verdicts (every one wrong) are the headline
-    monkeypatch.setattr(runner, "generation_id", lambda task: "other-generating-code")
+    monkeypatch.setattr(prepare, "generation_id", lambda task: "other-generating-code")
     run(tmp_path)
     assert generated["n"] == 4 and {r["generation_id"] for r in rows(first)} == {"other-generating-code"}
     assert len(rows(first)) == 2

@@ -1,5 +1,5 @@
 """One source of truth for the compression knobs: every ``conf/compression/*.yaml`` file (optional) carries the
-method dataclass's knobs at their field defaults and the tag generated from its fields (``evals/conf_store.py``);
+method dataclass's knobs at their field defaults and the tag generated from its fields (``evals/config/conf_store.py``);
 every composed ``compression`` node carries every knob; unknown keys are refused at every entry point (Hydra's
 struct check, the runner's check of an appended key, the Python API, dataclass construction, lm-eval
 ``model_args``)."""
@@ -13,7 +13,7 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from evals.conf_store import KNOBS_NODE, method_node, own_defaults, run_tag
+from evals.config.conf_store import KNOBS_NODE, method_node, own_defaults, run_tag
 from snapstream_core import compression_from_config
 from snapstream_core.methods import METHODS, knob_names
 from snapstream_core.methods.base import tag_prefix
@@ -126,7 +126,7 @@ def test_an_appended_unknown_key_is_refused_before_any_work():
     """``+compression.<key>=`` gets past Hydra's struct check; the runner's check (before data or weights) and the
     command line refuse it with one line."""
     from evals.cli import validate
-    from evals.runner import check
+    from evals.config.spec import check
 
     cfg = compose_cfg(["model=tiny_llama", "compression=snapkv", "+compression.prompt_budgt=64"])
     with pytest.raises(ValueError, match="compression.prompt_budgt: not a knob of any method"):

@@ -6,11 +6,11 @@ import pytest
 from omegaconf import OmegaConf
 
 from evals.cli import options
-from evals.runner import plan
 from snapstream_core import METHODS, compression_from_config
 from tasks import TASKS, get_task
 from tasks.source import source_of
 from tests.runner_utils import compose_cfg
+from tests.runner_utils import plan_cfg as plan
 
 
 @pytest.mark.parametrize("name", options("compression"))

@@ -116,7 +116,7 @@ def test_the_bench_loader_packs_cpu_weights_and_the_harness_loader_does_not():
 
     from bench.config import BenchConfig
     from bench.models import REPO, load
-    from evals.models import load_model
+    from evals.config.models import load_model
 
     def storages(model):
         return {p.untyped_storage().data_ptr() for p in model.parameters()}

@@ -84,7 +84,7 @@ def test_each_entry_point_waits_passively_with_the_usable_cpus_before_torch_load
 def test_importing_the_library_sets_nothing():
     env = {k: v for k, v in os.environ.items() if k not in (*THREAD_VARS, *PASSIVE)}
     env["PYTHONPATH"] = str(ROOT)
-    code = "import os, evals.cpus, evals.runner; print(os.environ.get('OMP_WAIT_POLICY'))"
+    code = "import os, evals.cpus, evals.run, evals.execute.loop; print(os.environ.get('OMP_WAIT_POLICY'))"
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.stdout.split()[-1] == "None", done.stderr
 

@@ -11,7 +11,7 @@ PACKAGES = ("bench", "evals", "sandbox", "snapstream_core", "tasks", "tests")
 TOP = (*PACKAGES, "conf", "docs")
 # A path starts at a top-level folder; it stops at a placeholder (``tasks/<name>/``), a space or ``::``.
 PATH = re.compile(r"(?<![\w./-])((?:%s)/[\w./-]*)" % "|".join(TOP))
-# A dotted name starts with a package: ``evals.runner.check``, ``bench.cpu_decode.KERNELS``.
+# A dotted name starts with a package: ``evals.config.spec.check``, ``bench.cpu_decode.KERNELS``.
 MODULE = re.compile(r"(?<![\w./-])((?:%s)(?:\.\w+)+)" % "|".join(PACKAGES))
 
 
@@ -51,6 +51,7 @@ def test_every_path_and_module_in_the_architecture_page_exists():
 def test_a_stale_name_is_caught():
     text = (
         "`snapstream_core/gemv.py` and `snapstream_core.cpu_attention.build`, then `evals/report.py` "
-        "(kept: `evals/report/`, `tasks/<name>/__init__.py`, `tests/runner_utils.compose_cfg`, `evals.runner.run`)"
+        "(kept: `evals/report/`, `tasks/<name>/__init__.py`, `tests/runner_utils.compose_cfg`, "
+        "`evals.execute.loop.run`)"
     )
     assert missing(text) == ["evals/report.py", "snapstream_core.cpu_attention.build", "snapstream_core/gemv.py"]

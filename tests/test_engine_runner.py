@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from evals.runner import run
+from evals.run import run
 from tests.runner_utils import TINY, compose_cfg
 
 NEEDLE = ["task=needle", "task.context_tokens=256", "task.n_items=3"]

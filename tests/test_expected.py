@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from evals.expected import SHOWN_S, announce, cost_line, decode_tokens_per_s, duration
+from evals.execute.expected import SHOWN_S, announce, cost_line, decode_tokens_per_s, duration
 from tests.runner_utils import compose_cfg
 
 
@@ -27,7 +27,7 @@ class _Backend:
 def test_the_speed_is_measured_on_the_loaded_model_and_announced_once(tiny_model, caplog):
     speed = decode_tokens_per_s(tiny_model, rows=4, steps=2)
     assert speed > 0
-    with caplog.at_level(logging.INFO, logger="evals.expected"):
+    with caplog.at_level(logging.INFO, logger="evals.execute.expected"):
         line = announce(_Backend(tiny_model), samples=10**6, max_new_tokens=32768, rows="auto")
     assert line is not None and line.startswith("expected: 1000000 sample(s) x up to 32768 new tokens")
     assert "(4 row(s))" in line  # the CPU engine's forward holds at least 4 rows

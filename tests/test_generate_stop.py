@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import snapstream_core as ss
-from evals.backends.hf import cut_at_stop
+from evals.execute.backends.hf import cut_at_stop
 from snapstream_core.generate import SamplingConfig, generate
 from tests.lm_eval_helpers import one_thread
 

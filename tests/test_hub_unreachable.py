@@ -75,7 +75,7 @@ def test_a_cached_hub_model_loads_without_the_hub(tmp_path, tiny_llama_dir, limi
     (repo / "refs" / "main").write_text(commit)
     script = (
         "from omegaconf import OmegaConf\n"
-        "from evals.models import check_model_config, load_model, weights_identity\n"
+        "from evals.config.models import check_model_config, load_model, weights_identity\n"
         "cfg = OmegaConf.create({'source': 'hub', 'hub_id': 'local/tiny', 'revision': None, 'dtype': 'float32',"
         " 'device': 'cpu', 'attn_implementation': 'sdpa', 'path': None})\n"
         "check_model_config(cfg)\n"

@@ -13,7 +13,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from evals.runner import check
+from evals.config.spec import check
 from snapstream_core.generate import SamplingConfig
 from tasks import get_task
 from tasks.livecodebench.grader import GradeSettings
@@ -137,13 +137,13 @@ def test_a_log_likelihood_task_through_lm_eval_is_refused_before_loading(capsys)
 
 
 def test_max_new_tokens_past_the_model_positions_warns(caplog):
-    from evals.backends.base import Request
-    from evals.backends.hf import HFBackend
+    from evals.execute.backends.base import Request
+    from evals.execute.backends.hf import HFBackend
     from snapstream_core import compression_from_config
     from tasks.base import Prompt
 
     cfg = compose_cfg(["model=tiny_llama", "model.arch.max_position_embeddings=24"])
     backend = HFBackend(cfg.model, compression_from_config({"method": "none"}), SamplingConfig(max_new_tokens=16))
-    with caplog.at_level(logging.WARNING, logger="evals.backends.hf"):
+    with caplog.at_level(logging.WARNING, logger="evals.execute.backends.hf"):
         backend.generate([Request(None, Prompt("hello there, a prompt of about a dozen tokens"), (0,))])
     assert "goes past the 24 positions tiny_llama was trained for" in caplog.text

@@ -134,7 +134,7 @@ def llama3_tokenizer():
 def test_llama3_style_equals_lcb_runner_rendering_token_for_token(llama3_tokenizer, problem_id):
     """lcb_runner: apply_chat_template(tokenize=False, add_generation_prompt=True) with the Llama-3-8B-Instruct
     template, then vLLM tokenises that text (special tokens added); ours: the raw-text Prompt, tokenised as
-    evals/backends/hf.py does (add_special_tokens=True)."""
+    evals/execute/backends/hf.py does (add_special_tokens=True)."""
     problem = bundled()[problem_id]
     generic = lcb.prompt(problem, LLAMA, cfg={"prompt_style": "generic"}).messages  # lcb_runner's two messages
     official_text = llama3_tokenizer.apply_chat_template(generic, tokenize=False, add_generation_prompt=True)

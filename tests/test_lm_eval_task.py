@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 
 import tasks.lm_eval as lm_task
-from evals.backends.hf import HFBackend
 from evals.cli import precheck
-from evals.runner import run
+from evals.execute.backends.hf import HFBackend
+from evals.run import run
 from tests.lm_eval_helpers import (
     LIMIT,
     RUNNER_ARGS,
@@ -63,7 +63,7 @@ def test_documents_and_contexts_are_lm_evals_own(num_fewshot):
 def test_chat_contexts_tokenize_as_lm_evals_hf_model_does():
     from transformers import AutoTokenizer
 
-    from evals.models import embedded_dir
+    from evals.config.models import embedded_dir
 
     tok = AutoTokenizer.from_pretrained(str(embedded_dir()))
 
@@ -166,7 +166,7 @@ def test_bad_combinations_are_refused_before_any_model_loads(args, message, tmp_
     def no_model(*a, **k):
         raise AssertionError("a model was loaded")
 
-    monkeypatch.setattr("evals.backends.hf.load_model", no_model)
+    monkeypatch.setattr("evals.execute.backends.hf.load_model", no_model)
     with pytest.raises(ValueError) as err:
         run(compose_cfg([*RUNNER_ARGS, *args, f"out_root={tmp_path}"]))
     assert message in str(err.value) and "\n" not in str(err.value)

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import snapstream_core as ss
-from evals.identity import run_identity
+from evals.execute.identity import run_identity
 from evals.record.rows import row_columns, tidy
 from snapstream_core import compression_from_config
 from snapstream_core.methods import METHODS, knob_names
@@ -114,7 +114,7 @@ def test_its_runs_are_named_tabled_and_labelled(registered, tmp_path):
     """In-process runs (tiny_llama, 2 needle items, 4 new tokens) of two ``first_k``: the directory carries the
     generated tag, ``samples.csv`` and ``summary.csv`` a ``first_k`` column, the report a label per ``first_k``."""
     from evals.report.render import write_report
-    from evals.runner import run
+    from evals.run import run
 
     base = [*TINY, "task=needle", "task.context_tokens=128", "task.n_items=2", "gen.max_new_tokens=4",
             f"out_root={tmp_path}"]
@@ -133,7 +133,7 @@ def test_its_runs_are_named_tabled_and_labelled(registered, tmp_path):
 def test_the_tests_that_enumerate_methods_pass_with_a_method_without_yaml(registered):
     """The registry, not a list of four names, is what the other tests enumerate; the YAML file is optional."""
     import tests.test_conf_defaults as conf_tests
-    from evals.conf_store import has_yaml, register_methods
+    from evals.config.conf_store import has_yaml, register_methods
 
     assert not has_yaml("keep_first") and "keep_first" in register_methods()
     conf_tests.test_every_yaml_is_a_registered_method()
@@ -152,7 +152,7 @@ class Seeded(KeepFirst):
 
 
 def test_a_knob_named_like_a_row_column_is_refused_at_registration_with_one_line(monkeypatch):
-    from evals.conf_store import register_methods
+    from evals.config.conf_store import register_methods
 
     monkeypatch.setitem(METHODS, "seeded", Seeded)
     for register in (register_methods, row_columns):

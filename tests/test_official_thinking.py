@@ -11,8 +11,8 @@ import pytest
 from omegaconf import OmegaConf
 from tokenizers import AddedToken
 
-from evals.backends.hf import HFBackend
-from evals.models import check_model_config, load_tokenizer
+from evals.config.models import check_model_config, load_tokenizer
+from evals.execute.backends.hf import HFBackend
 from tasks.base import Prompt, decode_keeping_think_tags, r1_prefill, split_thinking
 from tasks.protocol import answer_part
 

@@ -91,7 +91,7 @@ def test_the_planner_imports_no_torch_reads_no_data_and_is_quick(tmp_path):
         "torch_before = 'torch' in sys.modules\n"
         "from evals.plan.__main__ import main\n"
         f"rc = main(['model=llama31_8b_instruct', 'task=aime24', 'compression=snapstream', 'out_root={tmp_path}'])\n"
-        # the task modules check their knobs (evals.runner.check, as evals.run does); no data library loads
+        # the task modules check their knobs (evals.config.spec.check, as evals.run does); no data library loads
         "print(rc, torch_before, 'torch' in sys.modules, 'datasets' in sys.modules,"
         " round(time.time() - t, 1))\n"
     )

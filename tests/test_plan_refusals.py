@@ -1,13 +1,13 @@
 
 """``evals.plan`` refuses exactly what ``evals.run`` refuses, with the same line (one check,
-:func:`evals.runner.check`), and writes no ``plan.csv`` then; ``plan.memory_gib`` is a finite number > 0."""
+:func:`evals.config.spec.check`), and writes no ``plan.csv`` then; ``plan.memory_gib`` is a finite number > 0."""
 
 from __future__ import annotations
 
 import pytest
 
+from evals.config.spec import check
 from evals.plan.__main__ import main as plan_main
-from evals.runner import check
 from tests.runner_utils import compose_cfg
 from tests.small_runs import NEEDLE, PAPER_JOB
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from evals.plan.shape import ModelShape, shape_from_model
+from evals.config.shape import ModelShape, shape_from_model
 from tests.runner_utils import compose_cfg
 
 
@@ -27,7 +27,7 @@ def _of(model, dtype: str) -> ModelShape:
 
 
 def test_tiny_llama_shape_is_the_model_load_model_builds():
-    from evals.models import load_model
+    from evals.config.models import load_model
 
     cfg = compose_cfg(["model=tiny_llama"]).model
     model, _ = load_model(cfg)
@@ -38,7 +38,7 @@ def test_smollm2_shape_is_the_embedded_models_config():
     import torch
     from transformers import AutoConfig, LlamaForCausalLM
 
-    from evals.models import embedded_dir
+    from evals.config.models import embedded_dir
 
     config = AutoConfig.from_pretrained(str(embedded_dir()))
     with torch.device("meta"):

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from evals.config.spec import check
 from evals.progress import computed_nothing, eta_seconds, job_work
 from tests.runner_utils import TINY, compose_cfg
 
@@ -13,7 +14,7 @@ from tests.runner_utils import TINY, compose_cfg
 def test_jobs_are_weighed_by_planned_work():
     cfgs = [compose_cfg([*TINY, "task=needle", f"task.limit={n}", f"gen.max_new_tokens={g}"])
             for n, g in ((2, 8), (6, 16))]
-    assert job_work(cfgs) == [16.0, 96.0]
+    assert job_work([check(cfg, offline=True) for cfg in cfgs]) == [16.0, 96.0]
 
 
 def test_the_eta_follows_work_not_job_count():

@@ -89,7 +89,7 @@ NEEDLE = [*TINY, "task=needle", "task.context_tokens=128", "task.n_items=2", "co
 
 
 def test_ratio_is_in_the_run_identity_and_the_rows():
-    from evals.runner import plan
+    from tests.runner_utils import plan_cfg as plan
 
     a = plan(compose_cfg([*NEEDLE, "compression.ratio=0.5"]))
     b = plan(compose_cfg([*NEEDLE, "compression.ratio=0.25"]))
@@ -101,7 +101,7 @@ def test_ratio_is_in_the_run_identity_and_the_rows():
 
 
 def test_hydra_refuses_both_and_a_batched_ratio():
-    from evals.runner import check
+    from evals.config.spec import check
 
     with pytest.raises(ValueError, match="compression.ratio: give"):
         check(compose_cfg([*NEEDLE, "compression.ratio=0.5", "compression.prompt_budget=64"]))

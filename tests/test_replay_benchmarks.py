@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from evals.report import write_report
-from evals.runner import run
+from evals.run import run
 from tasks import get_task
 from tests.runner_utils import ROOT, compose_cfg
 

@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 
 import tasks.base
-from evals.backends.replay import read_completions
+from evals.execute.backends.replay import read_completions
 from evals.record.rows import read_rows
-from evals.runner import run
+from evals.run import run
 from tests.refusals import DEEP, one_line_error
 from tests.runner_utils import compose_cfg
 from tests.small_runs import NEEDLE
@@ -46,7 +46,7 @@ def test_a_deep_replay_line_is_one_line_error(tmp_path):
 
 
 def test_a_replayed_file_is_read_with_the_same_bound(tmp_path, monkeypatch):
-    from evals.backends.replay import read_completions
+    from evals.execute.backends.replay import read_completions
 
     monkeypatch.setattr(tasks.base, "MAX_LINE_BYTES", 1000)
     path = tmp_path / "c.jsonl"

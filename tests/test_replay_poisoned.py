@@ -12,7 +12,7 @@ import pytest
 from lcb_helpers import REPO, bundled, fenced
 from lcb_sample_source import REFERENCE
 
-from evals.runner import run
+from evals.run import run
 from tests.runner_utils import compose_cfg
 
 CHANNEL = ("import os\ndef flood(data):\n    for fd in map(int, os.listdir('/proc/self/fd')):\n"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from evals.report import write_report
-from evals.runner import run
+from evals.run import run
 from tests.runner_utils import ROOT, compose_cfg
 
 AIME = ROOT / "tasks" / "data" / "aime24" / "aime24_sample.jsonl"

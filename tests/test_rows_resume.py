@@ -10,7 +10,7 @@ import json
 import pytest
 
 from evals.record.rows import read_rows
-from evals.runner import run
+from evals.run import run
 from tests.refusals import one_line_error
 from tests.runner_utils import cli, compose_cfg
 from tests.small_runs import replay_args
@@ -86,7 +86,7 @@ def test_a_meta_json_that_is_not_an_object_with_no_rows_beside_it_is_replaced(tm
 def test_overwrite_takes_the_old_headline_away_before_anything_else(tmp_path, monkeypatch):
     """``overwrite=true`` removes ``results.json`` first: a re-run killed early leaves no old scores beside no
     rows."""
-    import evals.runner
+    import evals.execute.loop
 
     args = replay_args(tmp_path)
     out = run(compose_cfg(args), tmp_path / "run")
@@ -95,7 +95,7 @@ def test_overwrite_takes_the_old_headline_away_before_anything_else(tmp_path, mo
     def killed(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(evals.runner, "_generate_and_score", killed)
+    monkeypatch.setattr(evals.execute.loop, "_generate_and_score", killed)
     with pytest.raises(KeyboardInterrupt):
         run(compose_cfg([*args, "overwrite=true"]), out)
     assert not (out / "results.json").exists() and not (out / "summary.csv").exists()

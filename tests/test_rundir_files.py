@@ -14,7 +14,7 @@ import time
 import pytest
 
 from evals.record.rundir import remove_if_empty
-from evals.runner import run
+from evals.run import run
 from tests.runner_utils import ROOT, cli, compose_cfg
 from tests.small_runs import replay_args
 

@@ -15,7 +15,7 @@ import pytest
 
 from evals.cli import precheck
 from evals.record.rows import row_columns
-from evals.runner import run
+from evals.run import run
 from tests.runner_utils import ROOT, TINY, cli, compose_cfg
 
 NEEDLE = ["task=needle", "task.context_tokens=256", "task.n_items=6"]

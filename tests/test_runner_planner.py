@@ -5,19 +5,25 @@ from __future__ import annotations
 
 import pytest
 
-from evals.plan import choose_rows, job_from_config, peak_bytes
-from evals.runner import _planned_rows
+from evals.config.spec import check
+from evals.execute.prepare import planned_rows
+from evals.plan import choose_rows, job_from_spec, peak_bytes
 from tests.runner_utils import compose_cfg
 
 PAPER_JOB = ["model=r1_distill_llama_8b", "task=aime24", "compression=snapstream", "compression.prompt_budget=1024",
              "gen.n_samples=64"]
 
 
+def _planned_rows(cfg, *args):
+    return planned_rows(check(cfg, offline=True), *args)
+
+
 def test_on_cuda_auto_rows_are_the_planners_choice_with_its_peak():
     cfg = compose_cfg(PAPER_JOB)
     rows, planned = _planned_rows(cfg, "cuda")
-    assert rows == choose_rows(cfg) and rows > 8  # a fixed 1k+ring footprint: many rows fit 80 GiB
-    assert planned == peak_bytes(job_from_config(cfg), rows)  # what the engine's out-of-memory line quotes
+    job = job_from_spec(check(cfg, offline=True))
+    assert rows == choose_rows(job) and rows > 8  # a fixed 1k+ring footprint: many rows fit 80 GiB
+    assert planned == peak_bytes(job, rows)  # what the engine's out-of-memory line quotes
     assert _planned_rows(compose_cfg([*PAPER_JOB, "plan.memory_gib=40"]), "cuda:0")[0] < rows
 
 

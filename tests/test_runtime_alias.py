@@ -1,5 +1,6 @@
 """A run whose method keeps every token of every item copies the complete full-cache run's rows instead of
-generating them (evals/alias.py); the copied rows equal what generation gives, and a smaller budget generates."""
+generating them (evals/execute/alias.py); the copied rows equal what generation gives, and a smaller budget
+generates."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ import shutil
 
 import pytest
 
-import evals.runner
+import evals.execute.loop
 from evals.report.render import write_report
-from evals.runner import run
+from evals.run import run
 from tests.runner_utils import TINY, compose_cfg
 
 NEEDLE = ["task=needle", "task.context_tokens=200", "task.n_items=2"]
@@ -35,7 +36,7 @@ def test_a_budget_holding_everything_copies_the_full_cache_rows_without_loading_
         raise AssertionError("a copied run builds no backend")
 
     with monkeypatch.context() as m:
-        m.setattr(evals.runner, "make_backend", no_backend)
+        m.setattr(evals.execute.loop, "make_backend", no_backend)
         copied = run(compose_cfg([*base, *KEEPS_ALL]))
     meta = json.loads((copied / "meta.json").read_text())
     assert meta["status"] == "complete" and meta["same_as"] == str(full) and meta["n_rows"] == 4
@@ -71,7 +72,7 @@ def test_an_incomplete_full_cache_run_is_not_copied(tmp_path, caplog):
     full = run(compose_cfg([*base, "compression=none"]))
     meta = json.loads((full / "meta.json").read_text())
     (full / "meta.json").write_text(json.dumps({**meta, "status": "running"}))
-    with caplog.at_level("INFO", logger="evals.alias"):
+    with caplog.at_level("INFO", logger="evals.execute.alias"):
         out = run(compose_cfg([*base, *KEEPS_ALL]))
     assert "same_as" not in json.loads((out / "meta.json").read_text())
     assert "absent or incomplete: generating" in caplog.text

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-import evals.runner as runner
-from evals.identity import fingerprint
-from evals.sample_cache import DIRNAME, cache_dir, sample_key_base
+import evals.execute.loop as loop
+from evals.execute.identity import fingerprint
+from evals.execute.sample_cache import DIRNAME, cache_dir, sample_key_base
+from evals.run import run as run_cfg
 from tests.runner_utils import TINY, compose_cfg
 
 NEEDLE = ["task=needle", "task.context_tokens=256", "task.n_items=6"]
@@ -21,14 +22,14 @@ VARYING = {"run_id", "fingerprint", "cached_from"}
 def generated(monkeypatch):
     """The number of samples the backend produced (every finished sample passes through ``_produce``)."""
     count = {"n": 0}
-    produce = runner._produce
+    produce = loop.produce
 
     def counting(*args, **kwargs):
         for ended in produce(*args, **kwargs):
             count["n"] += len(ended)
             yield ended
 
-    monkeypatch.setattr(runner, "_produce", counting)
+    monkeypatch.setattr(loop, "produce", counting)
     monkeypatch.delenv("SNAPSTREAM_SAMPLE_CACHE", raising=False)
     return count
 
@@ -38,7 +39,7 @@ def rows(run_dir: Path) -> list[dict]:
 
 
 def run(tmp_path, *overrides, run_dir=None):
-    return runner.run(compose_cfg([*TINY, *NEEDLE, *SNAP, f"out_root={tmp_path}", *overrides]), run_dir)
+    return run_cfg(compose_cfg([*TINY, *NEEDLE, *SNAP, f"out_root={tmp_path}", *overrides]), run_dir)
 
 
 def test_a_larger_limit_generates_only_the_new_item_and_says_where_the_others_came_from(tmp_path, generated):
@@ -56,14 +57,14 @@ def test_a_larger_limit_generates_only_the_new_item_and_says_where_the_others_ca
     meta = json.loads((second / "meta.json").read_text())
     assert meta["status"] == "complete" and meta["cached_rows"] == 2
     # the run directory's prompts hold the reused rows' prompts too
-    from evals.prompts import read_prompts
+    from evals.execute.backends.prompts import read_prompts
 
     assert {r["prompt_hash"] for r in new} <= set(read_prompts(second / "prompts.jsonl.gz"))
 
 
 def test_another_run_directory_with_the_same_identity_reuses_without_a_backend(tmp_path, generated, monkeypatch):
     first = run(tmp_path, "task.limit=2")
-    monkeypatch.setattr(runner, "make_backend", lambda *a, **k: pytest.fail("a backend was built"))
+    monkeypatch.setattr(loop, "make_backend", lambda *a, **k: pytest.fail("a backend was built"))
     other = run(tmp_path, "task.limit=2", run_dir=tmp_path / "elsewhere")
     assert generated["n"] == 2
     assert [r["cached_from"] for r in rows(other)] == [r["run_id"] for r in rows(first)]

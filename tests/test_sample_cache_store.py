@@ -1,5 +1,5 @@
-"""The sample cache's database (evals/sample_cache.py): concurrent writers and a ``kill -9`` lose nothing but the
-sample in flight; a damaged, foreign or untrusted cache costs one warning and generation, never a crash; a lookup
+"""The sample cache's database (evals/execute/sample_cache.py): concurrent writers and a ``kill -9`` lose nothing but
+the sample in flight; a damaged, foreign or untrusted cache costs one warning and generation, never a crash; a lookup
 reads only the run's keys; the folder is made absolute from ``out_root`` and used only when it is the user's."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-import evals.runner as runner
-from evals.sample_cache import DBNAME, DIRNAME, SampleCache
+from evals.execute.sample_cache import DBNAME, DIRNAME, SampleCache
+from evals.run import run as run_cfg
 from tests.runner_utils import TINY, compose_cfg
 
 BASE = {"format": "test", "model": {"name": "m"}}
@@ -132,7 +132,7 @@ def test_a_damaged_or_foreign_database_costs_one_warning(tmp_path, caplog):
                 conn.execute("CREATE TABLE notes (x)")
         os.chmod(root / DBNAME, 0o600)
         caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="evals.sample_cache"):
+        with caplog.at_level(logging.WARNING, logger="evals.execute.sample_cache"):
             assert SampleCache.open(root, BASE) is None
         assert len(caplog.records) == 1 and str(root / DBNAME) in caplog.records[0].getMessage()
         assert "\n" not in caplog.records[0].getMessage()
@@ -168,7 +168,7 @@ def test_an_untrusted_folder_or_file_is_not_used(tmp_path, caplog, plant):
         os.chown(root, 4321, 4321)
     elif plant == "wal_link":
         (root / f"{DBNAME}-wal").symlink_to(tmp_path / "victim")
-    with caplog.at_level(logging.WARNING, logger="evals.sample_cache"):
+    with caplog.at_level(logging.WARNING, logger="evals.execute.sample_cache"):
         assert SampleCache.open(root, BASE) is None
     assert len(caplog.records) == 1 and "not used" in caplog.records[0].getMessage()
     assert not (tmp_path / "victim").exists() and not (tmp_path / "real" / DBNAME).exists()
@@ -192,12 +192,12 @@ def test_a_run_elsewhere_uses_the_cache_under_out_root_made_absolute(tmp_path, m
     monkeypatch.chdir(tmp_path / "cwd")
     cfg = compose_cfg([*TINY, "task=needle", "task.context_tokens=256", "task.n_items=2", "task.limit=1",
                        "out_root=../out"])
-    run_dir = runner.run(cfg, tmp_path / "elsewhere")
+    run_dir = run_cfg(cfg, tmp_path / "elsewhere")
     meta = json.loads((run_dir / "meta.json").read_text())
     assert meta["sample_cache"] == str(tmp_path / "out" / DIRNAME) and (tmp_path / "out" / DIRNAME / DBNAME).is_file()
     assert not (tmp_path / "cwd" / "results").exists()
     (tmp_path / "out" / DIRNAME / DBNAME).write_bytes(b"garbage" * 1000)
     for name in (f"{DBNAME}-wal", f"{DBNAME}-shm"):
         (tmp_path / "out" / DIRNAME / name).unlink(missing_ok=True)
-    again = runner.run(cfg, tmp_path / "again")
+    again = run_cfg(cfg, tmp_path / "again")
     assert json.loads((again / "meta.json").read_text())["status"] == "complete"

@@ -8,7 +8,7 @@ import inspect
 
 import pytest
 
-from evals.backends import BACKENDS, backend_class
+from evals.execute.backends import BACKENDS, backend_class
 from tasks import TASKS, get_task
 from tasks.protocol import OPTIONAL_HOOKS, Task, hook, score_all
 from tasks.source import apply_limit, local_file

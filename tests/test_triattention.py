@@ -9,7 +9,7 @@ import pytest
 import torch
 from runner_utils import compose_cfg
 
-from evals.runner import check
+from evals.config.spec import check
 from snapstream_core.calibration import check_for_model, read_header, save_stats
 from snapstream_core.methods import TriAttention
 from snapstream_core.rope import rotate
@@ -185,8 +185,8 @@ def test_the_references_own_stats_file_converts_and_an_incomplete_one_is_refused
 
 
 def test_the_run_tag_says_the_cache_is_capped_and_leaves_the_file_path_out(tmp_path):
-    from evals.conf_store import CAP_MARK
-    from evals.identity import run_identity
+    from evals.config.conf_store import CAP_MARK
+    from evals.execute.identity import run_identity
     from snapstream_core.methods import METHODS
 
     path = _calibration(tmp_path / "c.safetensors")

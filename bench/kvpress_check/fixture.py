@@ -5,7 +5,7 @@ Run in kvpress's environment (``.venv-kvpress``, ``make kvpress-check`` builds i
 
     .venv-kvpress/bin/python bench/kvpress_check/fixture.py MODEL_DIR tests/data/kvpress_kept.json
 
-``MODEL_DIR``: the converted SmolLM2 folder (``evals.models.embedded_dir()``).
+``MODEL_DIR``: the converted SmolLM2 folder (``evals.config.models.embedded_dir()``).
 The presses run unmodified, at their defaults but the compression ratio (SnapKV: window 64, kernel 5). Each
 (layer, KV head) is stored as a hex bit mask over the prompt's positions.
 """

@@ -28,7 +28,7 @@ def build_prompt(context_tokens: int) -> tuple[str, list[int]]:
     from omegaconf import OmegaConf
     from transformers import AutoTokenizer
 
-    from evals.models import embedded_dir
+    from evals.config.models import embedded_dir
     from tasks import needle
 
     model_dir = str(embedded_dir())

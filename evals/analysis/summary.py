@@ -69,7 +69,7 @@ log = logging.getLogger(__name__)
 SUMMARY_COLUMNS = ["model", "task", "method", "prompt_budget", "recent", "metric", "group", "value", "n"]
 # ci_method: wilson | bootstrap | normal | wilson_bounded | n.m.
 UNCERTAINTY_COLUMNS = ["stderr", "ci_lo", "ci_hi", "unit", "ci_method"]
-RUN_COLUMNS = ["fingerprint"]  # the run's identity hash (evals/identity.py), last, so the report can group by run
+RUN_COLUMNS = ["fingerprint"]  # the run's identity hash (evals/execute/identity.py), last: the report groups by run
 FROM_ROWS = ("run_id", "fingerprint")  # one value per run: taken from its rows
 COST_UNITS = {"gen_tokens": "tokens", "kv_tokens_peak": "tokens", "kv_tokens_mean": "tokens", "kv_bytes_peak": "bytes",
               "latency_s": "s"}

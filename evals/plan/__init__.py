@@ -7,6 +7,16 @@ are in :mod:`snapstream_core.memory` (the one memory model) and :mod:`evals.plan
 :mod:`evals.plan.device` (docs/plan.md).
 """
 
-from evals.plan.job import Job, alias_of, check_fits, choose_rows, job_from_config, peak_bytes, with_prompt
+from evals.plan.job import (
+    Job,
+    alias_of,
+    check_fits,
+    choose_rows,
+    job_from_config,
+    job_from_spec,
+    peak_bytes,
+    with_prompt,
+)
 
-__all__ = ["Job", "alias_of", "check_fits", "choose_rows", "job_from_config", "peak_bytes", "with_prompt"]
+__all__ = ["Job", "alias_of", "check_fits", "choose_rows", "job_from_config", "job_from_spec", "peak_bytes",
+           "with_prompt"]

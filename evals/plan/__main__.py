@@ -17,13 +17,13 @@ def main(argv: list[str]) -> int:
         return 0
     from omegaconf import OmegaConf
 
-    from evals.cli import UserError
+    from evals.config.overrides import UserError
+    from evals.config.spec import check
     from evals.plan.grid import compose_jobs
-    from evals.plan.job import DEFAULT_MEMORY_GIB, job_from_config
+    from evals.plan.job import DEFAULT_MEMORY_GIB, job_from_spec
     from evals.plan.planner import plan_jobs
     from evals.plan.table import render, write_csv
     from evals.plan.unfit import unfit_lines
-    from evals.runner import check
 
     logging.getLogger("snapstream_core.api").setLevel(logging.ERROR)  # "none has no knob ...": said by evals.run
     try:
@@ -31,8 +31,8 @@ def main(argv: list[str]) -> int:
         jobs = []
         for overrides, container in composed:
             try:
-                check(OmegaConf.create(container), offline=True)  # evals.run's own check: it refuses, so do we
-                jobs.append(job_from_config(container))
+                spec = check(OmegaConf.create(container), offline=True)  # evals.run's own check: it refuses, so do we
+                jobs.append(job_from_spec(spec))
             except ValueError as exc:
                 raise UserError(f"{' '.join(overrides)}: {exc}") from None
     except UserError as exc:

@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass
 
 from evals.plan.device import H100, Device
-from evals.plan.job import Job, _method
+from evals.plan.job import Job, method_of
 from snapstream_core.memory import FLOAT32, SAMPLING_BYTES_PER_ENTRY
 
 # Squared coefficient of variation of the generated lengths: exp(0.6^2) - 1 for a lognormal with sigma 0.6 (an
@@ -59,7 +59,7 @@ def mean_prompt_tokens(job: Job) -> float:
 
 def read_slots(job: Job, device: Device = H100) -> float:
     """KV slots one row reads per step, on average over the job's time."""
-    method = _method(dict(job.knobs))
+    method = method_of(job)
     if device.reads_all_slots or method.ring is not None:  # a ring is always full soon
         return job.slots
     kept = sum(share * method.footprint(t, 0) for share, t in job.prompt_groups)

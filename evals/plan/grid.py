@@ -1,14 +1,22 @@
 """Every job of an ``evals.run`` command line, composed as Hydra composes it, without running anything.
 
-The sweep is expanded by :mod:`evals.cli` (``expand``, the experiment's ``hydra.sweeper.params``); each distinct
-set of config-group choices (``model=…``, ``+experiment=…``) is composed once with Hydra's ``compose`` and the
-plain ``key=value`` overrides of each job are then set on a copy, as Hydra applies them after the defaults list.
-No data is read, no weights load, the network is never reached.
+The sweep is expanded by :mod:`evals.config.overrides` (``expand``, the experiment's ``hydra.sweeper.params``);
+each distinct set of config-group choices (``model=…``, ``+experiment=…``) is composed once with Hydra's
+``compose`` and the plain ``key=value`` overrides of each job are then set on a copy, as Hydra applies them after
+the defaults list. No data is read, no weights load, the network is never reached.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import OmegaConf, open_dict
+
+from evals.config.conf_store import register_methods
+from evals.config.overrides import CONF, UserError, expand, one_line, sweeper_params
 
 
 def _is_value_override(ov, groups: set[str]) -> bool:
@@ -20,14 +28,7 @@ def _is_value_override(ov, groups: set[str]) -> bool:
 def compose_jobs(args: list[str]) -> list[tuple[list[str], dict[str, Any]]]:
     """``(overrides, resolved container)`` of every job of the command line ``args`` (``-m`` expands sweeps).
 
-    Raises :class:`evals.cli.UserError` (one line) for a bad override."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from omegaconf import OmegaConf, open_dict
-
-    from evals.cli import CONF, UserError, _one_line, _sweeper_params, expand
-    from evals.conf_store import register_methods
+    Raises :class:`evals.config.overrides.UserError` (one line) for a bad override."""
 
     multirun = any(a in ("-m", "--multirun") for a in args)
     register_methods()
@@ -37,7 +38,7 @@ def compose_jobs(args: list[str]) -> list[tuple[list[str], dict[str, Any]]]:
     try:
         with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
             given = [a for a in args if not a.startswith("-")]
-            params = _sweeper_params(given) if multirun else []
+            params = sweeper_params(given) if multirun else []
             parser = OverridesParser.create()
             bases: dict[tuple[str, ...], Any] = {}
             for combo in expand(params + given, multirun):
@@ -48,7 +49,7 @@ def compose_jobs(args: list[str]) -> list[tuple[list[str], dict[str, Any]]]:
                     try:
                         base = compose(config_name="config", overrides=list(structural))
                     except Exception as exc:  # hydra's composition / missing-config errors
-                        raise UserError(_one_line(exc)) from None
+                        raise UserError(one_line(exc)) from None
                     bases[structural] = base
                 cfg = OmegaConf.create(OmegaConf.to_container(bases[structural]))
                 OmegaConf.set_struct(cfg, True)
@@ -63,7 +64,7 @@ def compose_jobs(args: list[str]) -> list[tuple[list[str], dict[str, Any]]]:
                 try:
                     container = OmegaConf.to_container(cfg, resolve=True)
                 except Exception as exc:  # an interpolation that cannot resolve
-                    raise UserError(_one_line(exc)) from None
+                    raise UserError(one_line(exc)) from None
                 out.append((combo, container))
     finally:
         GlobalHydra.instance().clear()

@@ -1,13 +1,16 @@
-"""One job of a sweep as the planner sees it, built from its resolved config (no data, no weights), and the three
-functions the runner calls before it loads weights: :func:`choose_rows`, :func:`check_fits`, :func:`alias_of`."""
+"""One job of a sweep as the planner sees it, built from its checked :class:`~evals.config.spec.RunSpec` (no data,
+no weights; the spec's method, built once), and the three functions the runner calls before it loads weights:
+:func:`choose_rows` (the one rule for the decode rows on every device), :func:`check_fits`, :func:`alias_of`."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
-from evals.plan.shape import ModelShape, shape_from_model
+from evals.config.defaults import DEFAULT_MEMORY_GIB
+from evals.config.shape import ModelShape, shape_from_model
+from snapstream_core.api import compression_from_config  # the dataclasses; no torch at plan time
 from snapstream_core.memory import (
     GIB,
     PREFILL_CHUNK,
@@ -16,8 +19,13 @@ from snapstream_core.memory import (
     job_terms,
 )
 from snapstream_core.memory import max_rows as model_max_rows
+from snapstream_core.methods.base import CompressionMethod
 
-DEFAULT_MEMORY_GIB = 80.0
+if TYPE_CHECKING:  # the spec module reads OmegaConf; the planner imports without it
+    from evals.config.spec import RunSpec
+
+__all__ = ["DEFAULT_MEMORY_GIB", "Job", "alias_of", "check_fits", "choose_rows", "job_from_config", "job_from_spec",
+           "max_rows", "method_of", "peak_bytes", "peak_terms", "rows_without_planner", "with_prompt"]
 
 
 @dataclass(frozen=True)
@@ -48,6 +56,7 @@ class Job:
     run_dir: str
     out_root: str
     row_memory: tuple[tuple[str, int], ...] = ()  # method.row_memory(T, slots): a decode-time method's extra state
+    method: CompressionMethod | None = field(default=None, compare=False, repr=False)  # the run's, built once
 
     @property
     def total_samples(self) -> int:
@@ -64,18 +73,9 @@ class Job:
         return f"{self.model} {self.task} {self.compression_tag} n={self.n_samples}"
 
 
-def _container(cfg: Any) -> dict[str, Any]:
-    if isinstance(cfg, Mapping) and not hasattr(cfg, "_metadata"):
-        return dict(cfg)
-    from omegaconf import OmegaConf
-
-    return OmegaConf.to_container(cfg, resolve=True)
-
-
-def _method(compression: Mapping[str, Any]):
-    from snapstream_core.api import compression_from_config  # the dataclasses; no torch at plan time
-
-    return compression_from_config(dict(compression))
+def method_of(job: Job) -> CompressionMethod:
+    """The job's method: the one it was built with, else (a job made by hand) one built from its knobs."""
+    return job.method if job.method is not None else compression_from_config(dict(job.knobs))
 
 
 def _geometry(method, T: int, G: int) -> dict[str, int]:
@@ -88,10 +88,27 @@ def _geometry(method, T: int, G: int) -> dict[str, int]:
             "row_memory": tuple(method.row_memory(T, slots).items())}
 
 
-def job_from_config(cfg: Any, max_prompt_tokens: int | None = None) -> Job:
-    """The job of one resolved run config (a composed ``DictConfig`` or its container). ``max_prompt_tokens``: the
-    longest prompt when known (the runner, from its items); else the task's ``plan`` block gives it."""
-    c = _container(cfg)
+def job_from_spec(spec: RunSpec, max_prompt_tokens: int | None = None,
+                  resolved: Mapping[str, Any] | None = None) -> Job:
+    """The job of one checked run, with the spec's method. ``max_prompt_tokens``: the longest prompt when known
+    (the runner, from its items); else the task's ``plan`` block gives it. ``resolved``: the spec's resolved config
+    with a ``plan`` block measured from the items (a task without one)."""
+    return _job(spec.resolved if resolved is None else resolved, spec.method, spec.compression_tag,
+                max_prompt_tokens)
+
+
+def job_from_config(resolved: Mapping[str, Any], max_prompt_tokens: int | None = None) -> Job:
+    """The job of a config without a full check (bench scripts and tests that plan a hand-made or composed config:
+    plain data, or an OmegaConf node resolved here); the method is built from ``compression``."""
+    if hasattr(resolved, "_metadata"):  # an OmegaConf node
+        from omegaconf import OmegaConf  # lazy: only this convenience reads an OmegaConf node
+
+        resolved = OmegaConf.to_container(resolved, resolve=True)
+    method = compression_from_config(dict(resolved["compression"]))
+    return _job(resolved, method, str(resolved["compression"].get("tag", method.method)), max_prompt_tokens)
+
+
+def _job(c: Mapping[str, Any], method: CompressionMethod, tag: str, max_prompt_tokens: int | None) -> Job:
     model, task, gen = c["model"], c["task"], c["gen"]
     plan = task.get("plan")
     if not plan:
@@ -109,17 +126,14 @@ def job_from_config(cfg: Any, max_prompt_tokens: int | None = None) -> Job:
         n_items = min(n_items, int(task["limit"]))
     fractions = plan.get("gen_fraction") or {}
     fraction = float(fractions.get(model.get("family"), fractions.get("default", 1.0)))
-    method = _method(c["compression"])
     rows = gen.get("rows", "auto")
-    if rows not in (None, "auto") and (not isinstance(rows, int) or isinstance(rows, bool) or rows < 1):
-        raise ValueError(f"gen.rows: must be auto or an integer >= 1, got {rows!r}")
     return Job(
         model=str(model["name"]),
         family=str(model.get("family")),
         task=str(task["name"]),
         compression=method.method,
         knobs=tuple(method.knobs().items()),
-        compression_tag=str(c["compression"].get("tag", method.method)),
+        compression_tag=tag,
         n_items=n_items,
         n_samples=int(gen["n_samples"]),
         max_new_tokens=G,
@@ -132,19 +146,18 @@ def job_from_config(cfg: Any, max_prompt_tokens: int | None = None) -> Job:
         memory_gib=float((c.get("plan") or {}).get("memory_gib", DEFAULT_MEMORY_GIB)),
         run_dir=str(c.get("run_dir", "")),
         out_root=str(c.get("out_root", "")),
+        method=method,
     )
 
 
 def with_prompt(job: Job, max_prompt_tokens: int) -> Job:
     """The same job for prompts of at most ``max_prompt_tokens`` tokens (measured by the runner on its items)."""
-    geometry = _geometry(_method(dict(job.knobs)), max_prompt_tokens, job.max_new_tokens)
+    geometry = _geometry(method_of(job), max_prompt_tokens, job.max_new_tokens)
     return replace(job, max_prompt_tokens=max_prompt_tokens, **geometry)
 
 
-def _as_job(cfg_or_job: Any, max_prompt_tokens: int | None) -> Job:
-    if isinstance(cfg_or_job, Job):
-        return cfg_or_job if max_prompt_tokens is None else with_prompt(cfg_or_job, max_prompt_tokens)
-    return job_from_config(cfg_or_job, max_prompt_tokens)
+def _at(job: Job, max_prompt_tokens: int | None) -> Job:
+    return job if max_prompt_tokens is None else with_prompt(job, max_prompt_tokens)
 
 
 def job_budget(job: Job, memory_gib: float | None = None, usable: float | None = None) -> float:
@@ -178,11 +191,11 @@ def max_rows(job: Job, memory_gib: float | None = None, usable: float | None = N
     return min(fit, job.total_samples)
 
 
-def check_fits(cfg_or_job: Any, *, max_prompt_tokens: int | None = None, memory_gib: float | None = None,
+def check_fits(job: Job, *, max_prompt_tokens: int | None = None, memory_gib: float | None = None,
                usable: float | None = None) -> None:
     """Raise one-line ``ValueError`` naming the job and its need when it cannot run in the budget (at one row,
     or at the requested ``gen.rows``). ``usable``: bytes free on the device (on CUDA), else the card's."""
-    job = _as_job(cfg_or_job, max_prompt_tokens)
+    job = _at(job, max_prompt_tokens)
     budget = job.memory_gib if memory_gib is None else memory_gib
     allowed = job_budget(job, memory_gib, usable)
     rows = job.rows_request or 1
@@ -199,11 +212,11 @@ def check_fits(cfg_or_job: Any, *, max_prompt_tokens: int | None = None, memory_
         )
 
 
-def choose_rows(cfg_or_job: Any, *, max_prompt_tokens: int | None = None, memory_gib: float | None = None,
+def choose_rows(job: Job, *, max_prompt_tokens: int | None = None, memory_gib: float | None = None,
                 usable: float | None = None) -> int:
-    """``gen.rows`` for a job: the requested integer, or (``auto``) the most rows that fit the budget, capped at
-    the job's samples. Raises like :func:`check_fits` when it cannot run."""
-    job = _as_job(cfg_or_job, max_prompt_tokens)
+    """``gen.rows`` for a job on CUDA: the requested integer, or (``auto``) the most rows that fit the budget,
+    capped at the job's samples. Raises like :func:`check_fits` when it cannot run."""
+    job = _at(job, max_prompt_tokens)
     check_fits(job, memory_gib=memory_gib, usable=usable)
     if job.rows_request is not None:
         return min(job.rows_request, job.total_samples)
@@ -218,13 +231,22 @@ def alias_of(job: Job, max_prompt_tokens: int) -> Job | None:
     SnapKV with ``prompt_budget`` >= the longest prompt, SnapStream with that and ``recent`` >= max_new_tokens,
     StreamingLLM with ``sinks + recent`` >= prompt + new tokens; with ``positions=original`` only
     (:meth:`~snapstream_core.methods.base.CompressionMethod.keeps_all`, the rule the runner copies rows by,
-    evals/alias.py). The alias's ``run_dir`` is the job's with the
+    evals/execute/alias.py). The alias's ``run_dir`` is the job's with the
     compression's directory name replaced by ``none``'s (the planner matches it against the sweep's own jobs).
     """
-    method = _method(dict(job.knobs))
+    method = method_of(job)
     if not method.keeps_all(max_prompt_tokens, job.max_new_tokens):  # the full cache or in_cache: None too
         return None
     parts = job.run_dir.split("/")
     run_dir = "/".join("none" if p == job.compression_tag else p for p in parts) if job.run_dir else ""
-    base = replace(job, compression="none", knobs=(("method", "none"),), compression_tag="none", run_dir=run_dir)
+    base = replace(job, compression="none", knobs=(("method", "none"),), compression_tag="none", run_dir=run_dir,
+                   method=compression_from_config({"method": "none"}))
     return with_prompt(base, max_prompt_tokens)
+
+
+def rows_without_planner(requested: int | None) -> int:
+    """Decode rows where the planner does not size the run (not CUDA): the requested integer, else the engine's CPU
+    floor ``MIN_CPU_ROWS`` (its forwards hold at least that many rows there anyway)."""
+    from snapstream_core.engine.loop import MIN_CPU_ROWS  # lazy: the engine imports torch; planning does not
+
+    return requested if requested is not None else MIN_CPU_ROWS

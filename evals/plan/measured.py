@@ -1,8 +1,8 @@
 """A task's ``plan:`` block from its loaded items, for a task without one (``task=lm_eval``, a user's own task).
 
 The runner has the items before any weights load; their prompts are counted with the tokenizer alone (as
-:mod:`evals.alias` counts them), and the planner then sizes the job from the real lengths. The generated length is
-unknown before the run: ``gen_fraction`` 1 (every sample runs to its ``max_new_tokens``) is the upper bound of the
+:mod:`evals.execute.alias` counts them), and the planner then sizes the job from the real lengths. The generated length
+is unknown before the run: ``gen_fraction`` 1 (every sample runs to its ``max_new_tokens``) is the upper bound of the
 time estimate; the memory does not depend on it.
 """
 
@@ -10,7 +10,14 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from evals.config.encode import encode_prompt
+from evals.config.models import load_tokenizer
+from tasks.base import Prompt
+
+if TYPE_CHECKING:  # the spec module reads OmegaConf; the planner imports without it
+    from evals.config.spec import RunSpec
 
 
 def plan_block(lengths: Sequence[int], groups: int = 4) -> dict[str, Any]:
@@ -30,18 +37,14 @@ def plan_block(lengths: Sequence[int], groups: int = 4) -> dict[str, Any]:
     }
 
 
-def prompt_lengths(cfg: Any, task: Any, items: Sequence[Any]) -> tuple[list[int], int]:
+def prompt_lengths(spec: RunSpec, items: Sequence[Any]) -> tuple[list[int], int]:
     """Token counts of every item's prompt (the tokenizer alone, no weights) and the largest ``max_new_tokens`` a
     prompt asks for (a task's protocol may fix it per request; 0 when none does)."""
-    from evals.backends.hf import encode_prompt
-    from evals.models import load_tokenizer
-    from tasks.base import Prompt
-
-    tokenizer = load_tokenizer(cfg.model)
+    tokenizer = load_tokenizer(spec.model)
     lengths, new = [], 0
     for item in items:
-        prompt = task.prompt(item, cfg.model, cfg=cfg.task, tokenizer=tokenizer)
+        prompt = spec.task_module.prompt(item, spec.model, cfg=spec.task, tokenizer=tokenizer)
         prompt = prompt if isinstance(prompt, Prompt) else Prompt(prompt)
-        lengths.append(len(encode_prompt(tokenizer, cfg.model, prompt)))
+        lengths.append(len(encode_prompt(tokenizer, spec.model, prompt)))
         new = max(new, int((prompt.gen or {}).get("max_new_tokens") or 0))
     return lengths, new

@@ -42,7 +42,7 @@ def number(value: Any, key: str, kind: type = float, low: float | None = None, h
         except ValueError:
             raise bad from None
     if isinstance(value, float) and (kind is int or not math.isfinite(value)):
-        raise bad  # an integer option takes an integer, as evals.run's config checks do (evals/strict.py)
+        raise bad  # an integer option takes an integer, as evals.run's config checks do (evals/config/strict.py)
     out = int(value) if kind is int else float(value)
     if low is not None and (out <= low if above else out < low):
         raise bad

@@ -4,7 +4,7 @@ Each summary row gets ``run`` (the run directory relative to the root: one direc
 row or cell of a table, whatever its knobs), ``fingerprint`` (from the row or from ``meta.json``) and ``pair_key``:
 the fingerprint of the run's identity without its compression (model, task and data, sampling, backend), which is
 what a compressed run and its full-cache run share (:mod:`evals.report.paired`), and ``same_as``: the full-cache run
-whose rows the run copied instead of generating them (evals/alias.py), else empty.
+whose rows the run copied instead of generating them (evals/execute/alias.py), else empty.
 
 ``task_config`` labels the run's task configuration (its identity's ``task`` part: the task's settings and its data)
 by the settings that differ between runs of the same task, ``context_tokens=1024`` (empty when every run of the

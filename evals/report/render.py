@@ -188,7 +188,7 @@ COPIED_NOTE = ("Their method kept every prompt and new token of every item, so i
 
 
 def copied_notes(summary: pd.DataFrame) -> list[str]:
-    """One line per run whose rows were copied from its full-cache run (``same_as``, evals/alias.py)."""
+    """One line per run whose rows were copied from its full-cache run (``same_as``, evals/execute/alias.py)."""
     if "same_as" not in summary.columns:
         return []
     pairs = summary.dropna(subset=["same_as"])[["run", "same_as"]].drop_duplicates()

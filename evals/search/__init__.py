@@ -6,9 +6,9 @@ sweeps run one search per combination) plus ``search.max_loss`` (the margin, in 
 longest prompt of the full-cache run).
 
 **Procedure.** The full-cache run is run (or reused) first. Then budgets are tested from the largest down, each an
-ordinary run directory under ``out_root`` (``evals.runner.run``: resumed, reused when complete, copied from the full
-cache when the budget keeps every token). At each budget the null hypothesis "loss >= max_loss" is tested one-sided at
-level ``alpha`` on the per-item paired differences with the full cache (same items, samples and seeds;
+ordinary run directory under ``out_root`` (``evals.execute.loop.run``: resumed, reused when complete, copied from the
+full cache when the budget keeps every token). At each budget the null hypothesis "loss >= max_loss" is tested one-sided
+at level ``alpha`` on the per-item paired differences with the full cache (same items, samples and seeds;
 :func:`evals.analysis.noninferiority.noninferiority`: exact on discordant items for 0/1 items, a test by betting on
 per-item means otherwise). The first budget not shown safe ends the search: it and every smaller budget are not claimed,
 and the smaller ones are not run. This is the fixed-sequence procedure

@@ -2,8 +2,8 @@
 
 Every combination of the overrides (``-m``: Hydra's sweep expansion) is composed and checked before anything runs
 (no data read, no weights loaded); then one search per combination runs its jobs in this process through
-:func:`evals.runner.run` (the procedure: :mod:`evals.search`). Exit 2 with one line per bad input; Ctrl-C exits 130
-and the same command resumes.
+:func:`evals.execute.loop.run` (the procedure: :mod:`evals.search`). Exit 2 with one line per bad input; Ctrl-C
+exits 130 and the same command resumes.
 """
 
 from __future__ import annotations
@@ -33,13 +33,14 @@ def _compose(overrides: list[str]):
 
 def search_one(combo: list[str], opts: SearchOptions) -> str:
     """Run one search (inside an initialised Hydra); returns its answer line."""
-    from evals.runner import check, run
+    from evals.config.spec import check
+    from evals.execute.loop import run
 
     cfg = _compose(combo)
     model, task, method = str(cfg.model.name), str(cfg.task.name), str(cfg.compression.method)
     title = f"{task} · {model} · {method}"
     say(f"search: {title}: running (or reusing) the full cache, the reference of every test")
-    reference = headline_of(run(_compose(with_compression(combo, "none"))), task)
+    reference = headline_of(run(check(_compose(with_compression(combo, "none")))), task)
     longest = longest_prompt(reference.run_dir)
     knob = budget_knob(str(cfg.compression.method))
     from snapstream_core.methods import METHODS
@@ -55,7 +56,7 @@ def search_one(combo: list[str], opts: SearchOptions) -> str:
         f"loss < {opts.max_loss:g} at family-wise alpha {opts.alpha:g}, largest first")
 
     def measured(b: int):
-        return measure(b, headline_of(run(cfgs[b]), task), reference, ratios[b], opts.max_loss, opts.alpha)
+        return measure(b, headline_of(run(check(cfgs[b])), task), reference, ratios[b], opts.max_loss, opts.alpha)
 
     steps = run_sequence(budgets, measured, opts.alpha, say)
     out_root = Path(str(cfg.out_root))
@@ -73,9 +74,10 @@ def _combos(rest: list[str], opts: SearchOptions) -> list[list[str]]:
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from evals.cli import CONF, UserError, expand, validate
-    from evals.conf_store import register_methods
-    from evals.runner import check
+    from evals.cli import validate
+    from evals.config.conf_store import register_methods
+    from evals.config.overrides import CONF, UserError, expand
+    from evals.config.spec import check
 
     multirun = any(a in ("-m", "--multirun") for a in rest)
     given = [a for a in rest if not a.startswith("-")]
@@ -122,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     ours = not logging.getLogger().handlers  # a command line; else (a test, an embedding program) theirs to keep
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    from evals.cli import CONF, UserError
+    from evals.config.overrides import CONF, UserError
     from evals.logonce import install
 
     if ours:

@@ -1,5 +1,5 @@
 """What the search composes for each budget: the overrides of a job, whether a job can be searched at all, and the
-budget knob it sets (the jobs then run as ordinary runs through ``evals.runner.run``; each is measured against the
+budget knob it sets (the jobs then run as ordinary runs through ``evals.execute.loop.run``; each is measured against the
 full cache by :mod:`evals.report.search_measure`)."""
 
 from __future__ import annotations

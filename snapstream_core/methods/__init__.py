@@ -2,7 +2,7 @@
 
 Adding a method: one file here with a frozen dataclass subclassing :class:`CompressionMethod` (its fields are its
 knobs, each with a default, checked in ``__post_init__``) and one line in :data:`METHODS`. The rest follows from
-the fields: the Hydra option ``compression=<name>`` with its run tag (``evals/conf_store.py``; a
+the fields: the Hydra option ``compression=<name>`` with its run tag (``evals/config/conf_store.py``; a
 ``conf/compression/<name>.yaml`` is optional and then checked against it by ``tests/test_conf_defaults.py``), the
 result-row and summary columns and report labels (:func:`knob_names`), lm-eval ``model_args``, and bench cases
 (:meth:`CompressionMethod.from_bench`).

@@ -65,7 +65,7 @@ class CompressionMethod:
     """Base of the method dataclasses. Subclasses set ``method`` and implement :meth:`select`.
 
     Every field is a knob and needs a default. ``tag_order`` orders the knobs in the run tag (the readable name of
-    a run directory, ``evals/conf_store.py``); empty: the class's own fields in definition order, then the shared
+    a run directory, ``evals/config/conf_store.py``); empty: the class's own fields in definition order, then the shared
     ones (``positions``). A field's tag prefix is ``field(metadata={"tag": ...})``, else its initials
     (:func:`tag_prefix`).
     """
@@ -205,7 +205,7 @@ class CompressionMethod:
         """Priorities of the prompt tokens of one layer (only called when :meth:`needs_selection`)."""
         raise NotImplementedError
 
-    # Whether :meth:`check_shape` needs the model's shape (``evals.runner.check`` reads it only then).
+    # Whether :meth:`check_shape` needs the model's shape (``evals.config.spec.check`` reads it only then).
     needs_shape: ClassVar[bool] = False
 
     def check_shape(self, shape: Mapping[str, Any]) -> None:

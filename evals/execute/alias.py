@@ -17,8 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evals.identity import fingerprint, sampler_of
-from evals.prompts import prompt_record
+from evals.config.encode import encode_prompt
+from evals.config.models import load_tokenizer
+from evals.execute.backends.prompts import prompt_record
+from evals.execute.identity import fingerprint, sampler_of
 from evals.record.rows import read_rows
 from evals.record.rundir import META, SAMPLES, read_meta
 from snapstream_core.methods import knob_names
@@ -40,7 +42,7 @@ class Source:
 
 
 def identity_with_method(identity: dict[str, Any], method_knobs: dict[str, Any]) -> dict[str, Any]:
-    """The identity of the same run with another method (as :func:`evals.identity.run_identity` builds it)."""
+    """The identity of the same run with another method (as :func:`evals.execute.identity.run_identity` builds it)."""
     gen = {k: v for k, v in identity["gen"].items() if k != "sampler"}
     sampler = sampler_of(gen, method_knobs)
     return {**identity, "compression": method_knobs, "gen": gen | ({"sampler": sampler} if sampler else {})}
@@ -67,9 +69,10 @@ def _complete_rows(run_dir: Path, fp: str) -> dict[tuple[str, int], dict[str, An
     return {(str(r["item_id"]), r["sample_idx"]): r for r in rows}
 
 
-def find_source(cfg: Any, p: Any, pending: list[tuple[Any, tuple[int, ...]]]) -> Source | None:
+def find_source(p: Any, pending: list[tuple[Any, tuple[int, ...]]]) -> Source | None:
     """The complete ``none`` run this run's ``pending`` (item, sample indices) can be copied from, or None (with one
-    INFO line saying why, when the method could keep everything). ``p``: the run's :class:`evals.runner.RunPlan`."""
+    INFO line saying why, when the method could keep everything). ``p``: the run's
+    :class:`evals.execute.prepare.RunPlan`."""
     method = p.method
     if not method.compresses or method.positions != "original" or not pending:
         return None
@@ -78,26 +81,23 @@ def find_source(cfg: Any, p: Any, pending: list[tuple[Any, tuple[int, ...]]]) ->
     G = p.sampling.max_new_tokens
     if not method.keeps_all(1, G):  # cheapest test first: not even a one-token prompt is kept whole
         return None
-    from evals.backends.hf import encode_prompt
-    from evals.models import load_tokenizer
-
-    tokenizer = load_tokenizer(cfg.model)  # the tokenizer alone: no weights load for a copied run
+    tokenizer = load_tokenizer(p.spec.model)  # the tokenizer alone: no weights load for a copied run
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
     longest, records = 0, []
-    system = None if cfg.model.thinking else cfg.model.system_prompt
+    system = None if p.spec.model.thinking else p.spec.model.system_prompt
     for item, _ in pending:
-        prompt = p.task.prompt(item, cfg.model, cfg=cfg.task, tokenizer=tokenizer)
+        prompt = p.task.prompt(item, p.spec.model, cfg=p.spec.task, tokenizer=tokenizer)
         prompt = prompt if isinstance(prompt, Prompt) else Prompt(prompt)
-        T = len(encode_prompt(tokenizer, cfg.model, prompt))
+        T = len(encode_prompt(tokenizer, p.spec.model, prompt))
         new = int((prompt.gen or {}).get("max_new_tokens") or G)  # a task's protocol may fix it per request
         if not method.keeps_all(T, max(new, G)):
             return None
         longest = max(longest, T)
         records.append(prompt_record(prompt, system))
     fp = fingerprint(identity_with_method(p.identity, NoCompression().knobs()))
-    source = none_run_dir(str(cfg.run_dir), str(cfg.compression.tag), fp)
+    source = none_run_dir(p.spec.run_dir, p.spec.compression_tag, fp)
     rows = _complete_rows(source, fp)
     keys = [(str(item.item_id), i) for item, idx in pending for i in idx]
     if rows is None or any(k not in rows or rows[k].get("generation_id") != p.generation_id for k in keys):

@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from evals.private_files import untrusted
+from evals.config.private_files import untrusted
 
 log = logging.getLogger(__name__)
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from evals.backends.base import Request, Sample
+from evals.execute.backends.base import Backend, Request, Sample
 from evals.record.rows import check_measured
 from evals.record.text import repair_surrogates
-from tasks.base import Prompt, iter_jsonl
+from tasks.base import iter_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def read_completions(path: str | Path) -> dict[tuple[str, int], dict]:
     return records
 
 
-class ReplayBackend:
+class ReplayBackend(Backend):
     """Completions of a file, matched to the run's items by ``(item_id, sample_idx)``.
 
     ``partial=False`` (``backend.partial``, the default): every completion must match an item of the run, so a
@@ -101,9 +101,6 @@ class ReplayBackend:
         if not found:
             self.missing.append(item_id)
         return found
-
-    def prompt_tokens(self, prompt: Prompt) -> int | None:
-        return None
 
     def generate(self, requests: list[Request]) -> list[list[Sample]]:
         out = []

@@ -15,6 +15,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from evals.config.registry import BACKENDS, backend_traits
+
 # Keys that cannot change a row: labels derived from other keys, and the batching of prompts.
 # gen.compile: compiled and eager decode give the same tokens (tests/test_compile.py); rows record which ran.
 # gen.rows: a sample draws from its own noise, the same tokens at any row count (tests/test_engine.py).
@@ -57,7 +59,7 @@ def harness_version() -> str | None:
 # How a sampled token is drawn, in the identity of every sampled run: a run directory written by an earlier scheme
 # (one torch RNG seeded per batch) is never resumed with samples of another. The engine draws from counter-based
 # noise keyed on (gen.seed, item, sample, step) (snapstream_core/engine/noise.py); positions=in_cache runs go through
-# generate(), seeded per item from torch's RNG (evals/backends/hf.py).
+# generate(), seeded per item from torch's RNG (evals/execute/backends/hf.py).
 SAMPLERS = {"engine": "counter-gumbel-v1", "generate": "torch-rng-per-item-v1"}
 
 
@@ -71,8 +73,6 @@ def sampler_of(gen: dict[str, Any], method_knobs: dict[str, Any]) -> str | None:
 def run_identity(container: dict[str, Any], method_knobs: dict[str, Any], weights: str, items: list[Any]) -> dict:
     """The identity of a run from its resolved config (``OmegaConf.to_container(cfg, resolve=True)``)."""
     backend = dict(container["backend"])
-    from evals.backends import BACKENDS, backend_traits
-
     if backend.get("name") in BACKENDS and backend_traits(backend["name"]).replays:  # check() refuses other names
         backend["file_sha256"] = file_sha256(backend["path"])
         backend.pop("path", None)  # the content is the identity, not where it lies

@@ -1,18 +1,19 @@
 """The identities of the code that generated a row and of the code that graded it.
 
 * **Generation** (``generation_id``): a hash of the source files that decide tokens: the compression core
-  (``snapstream_core/``), the backends (``evals/backends/``), model loading (``evals/models.py``), prompt records
-  (``evals/prompts.py``), the shared prompt helpers (``tasks/base.py``) and the task's prompt building (the files
-  that define its ``prompt`` and ``followup`` and, in a package, its ``prompts.py``), plus the versions of torch
-  and transformers. The git commit, when there is one, is recorded beside it (``generation_commit``) but is not
-  part of it: a commit that changes none of these files generates the same tokens.
+  (``snapstream_core/``), the backends and their prompt records (``evals/execute/backends/``), model loading
+  (``evals/config/models.py``), prompt encoding (``evals/config/encode.py``), the shared prompt helpers
+  (``tasks/base.py``) and the task's prompt building (the files that define its ``prompt`` and ``followup`` and, in a
+  package, its ``prompts.py``), plus the versions of torch and transformers. The git commit, when there is one, is
+  recorded beside it (``generation_commit``) but is not part of it: a commit that changes none of these files generates
+  the same tokens.
 * **Grading** (``grading_id``): a hash of every source file of the task (its module, or all of its package), of
   the packages it names in ``GRADING_PACKAGES`` (LiveCodeBench: ``sandbox/``), the task interface
   (``tasks/protocol.py``, ``tasks/base.py``) and what the task says decides a verdict besides its code (the
   optional hook ``grading_setup(cfg)``: LiveCodeBench's resolved sandbox mode and interpreter).
 
 A row of the sample cache or of a resumed run directory is reused only under this process's generation identity,
-and re-graded when its grading identity differs (:mod:`evals.runner`). The source hashes are computed once per
+and re-graded when its grading identity differs (:mod:`evals.execute.loop`). The source hashes are computed once per
 process and task (a few hundred KiB read); the grading setup once per run.
 """
 
@@ -26,10 +27,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from evals.record.rundir import git_commit
 from tasks.protocol import hook
 
-REPO = Path(__file__).resolve().parent.parent
-GENERATION_SOURCES = ("snapstream_core", "evals/backends", "evals/models.py", "evals/prompts.py", "tasks/base.py")
+REPO = Path(__file__).resolve().parents[2]
+GENERATION_SOURCES = ("snapstream_core", "evals/execute/backends", "evals/config/models.py", "evals/config/encode.py",
+                      "tasks/base.py")
 GRADING_SOURCES = ("tasks/protocol.py", "tasks/base.py")
 GENERATION_PACKAGES = ("torch", "transformers")
 
@@ -105,6 +108,4 @@ def grading_id(task: Any, setup: dict[str, Any]) -> str:
 @functools.lru_cache(maxsize=1)
 def commit() -> str | None:
     """The harness's git commit (None outside a git checkout), read once per process."""
-    from evals.record.rundir import git_commit
-
     return git_commit()

@@ -15,7 +15,13 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-CONF = Path(__file__).resolve().parent.parent / "conf"
+from hydra.core.config_store import ConfigStore
+
+from evals.record.rows import check_knob_names
+from snapstream_core.methods import METHODS, knob_names
+from snapstream_core.methods.base import tag_prefix
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
 GROUP = "compression"
 KNOBS_NODE = "compression_knobs"  # a root config that conf/compression/*.yaml lists first in their defaults
 PROVIDER = "snapstream_core.methods"  # marks the nodes stored here (so that stale ones can be dropped)
@@ -29,8 +35,6 @@ def run_tag(cls) -> str:
     budget caps the whole cache (``CompressionMethod.budget_cap``), then ``<prefix>${.<knob>}`` for each knob of
     :meth:`CompressionMethod.tag_fields`, joined by ``-`` (``keep_first-fk${.first_k}``,
     ``rkv-cache-b${.budget}-...``). Prompt-capped methods keep the names their directories always had."""
-    from snapstream_core.methods.base import tag_prefix
-
     cap = [CAP_MARK] if cls.budget_cap == "cache" else []
     return "-".join([cls.method, *cap, *(f"{tag_prefix(f)}${{.{f.name}}}" for f in cls.tag_fields())])
 
@@ -43,8 +47,6 @@ def own_defaults(cls) -> dict[str, Any]:
 
 def knobs_node() -> dict[str, Any]:
     """Every knob of every registered method, null: the keys every ``compression`` option carries."""
-    from snapstream_core.methods import knob_names
-
     return {"method": "???", **dict.fromkeys(knob_names()), "tag": "???"}
 
 
@@ -61,8 +63,6 @@ def has_yaml(name: str) -> bool:
 def options() -> list[str]:
     """Every ``compression=`` option: the registered methods and any YAML file (a file without a method is
     refused when built, by ``compression_from_config``)."""
-    from snapstream_core.methods import METHODS
-
     return sorted({*METHODS, *(p.stem for p in (CONF / GROUP).glob("*.yaml"))})
 
 
@@ -71,11 +71,6 @@ def register_methods() -> list[str]:
     ``ConfigStore`` (again on each call: the registry may have grown; nodes of methods no longer registered are
     dropped). Returns the names stored as nodes; raises ``ValueError`` (one line) for a knob named like a row
     column (:func:`evals.record.rows.check_knob_names`)."""
-    from hydra.core.config_store import ConfigStore
-
-    from evals.record.rows import check_knob_names
-    from snapstream_core.methods import METHODS
-
     check_knob_names()  # a knob named like a row column is refused here, with one line
     store = ConfigStore.instance()
     store.store(name=KNOBS_NODE, node=knobs_node(), provider=PROVIDER)

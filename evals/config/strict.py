@@ -18,7 +18,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-CONF = Path(__file__).resolve().parent.parent / "conf"
+CONF = Path(__file__).resolve().parents[2] / "conf"
 GROUPS = ("model", "task", "compression", "backend", "gen")
 MAX_SAMPLES = 10_000  # gen.n_samples: completions per item (R1's protocol uses 64)
 BOOLEANS = ("overwrite", "sample_cache", "backend.partial", "model.thinking")
@@ -101,6 +101,6 @@ def check_keys(container: dict[str, Any]) -> None:
 
 
 def check(container: dict[str, Any]) -> None:
-    """Every strict check of the resolved config (``evals.runner.check`` calls it before anything loads)."""
+    """Every strict check of the resolved config (``evals.config.spec.check`` calls it before anything loads)."""
     check_keys(container)
     check_values(container)

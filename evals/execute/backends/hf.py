@@ -12,9 +12,10 @@ from typing import Any
 
 import torch
 
-from evals.backends.base import Request, Sample, check_rows
-from evals.models import load_model
-from evals.prompts import prompt_record
+from evals.config.encode import encode_prompt
+from evals.config.models import load_model
+from evals.execute.backends.base import Backend, Request, Sample
+from evals.execute.backends.prompts import prompt_record
 from snapstream_core import attach
 from snapstream_core.engine import Engine, EngineItem, Finished, item_key
 from snapstream_core.engine.loop import MIN_CPU_ROWS
@@ -28,32 +29,6 @@ log = logging.getLogger(__name__)
 
 # End-of-turn tokens of the chat formats we run, besides the tokenizer's own EOS.
 END_OF_TURN = ("<|eot_id|>", "<|im_end|>", "<|end_of_text|>", "<｜end▁of▁sentence｜>")
-
-
-def encode_prompt(tokenizer: Any, model_cfg: Any, prompt: Prompt) -> list[int]:
-    """Token ids of a prompt: chat messages through the tokenizer's chat template (``model.system_prompt``
-    prepended unless thinking), raw text as is. Needs only the tokenizer: the runner counts prompts before any
-    weights load (evals/alias.py)."""
-    if isinstance(prompt.messages, str):
-        return tokenizer(prompt.messages, add_special_tokens=True)["input_ids"]
-    messages = list(prompt.messages)
-    system = model_cfg.system_prompt
-    if system and not model_cfg.thinking and messages and messages[0]["role"] != "system":
-        messages = [{"role": "system", "content": system}, *messages]
-    if prompt.prefill:
-        text = tokenizer.apply_chat_template(
-            [*messages, {"role": "assistant", "content": prompt.prefill}],
-            continue_final_message=True,
-            tokenize=False,
-        )
-        # continue_final_message cuts trailing whitespace of the prefill (R1's "<think>\n"): put it back
-        tail = prompt.prefill[len(prompt.prefill.rstrip()):]
-        if tail and not text.endswith(tail):
-            text += tail
-        return tokenizer(text, add_special_tokens=False)["input_ids"]
-    return tokenizer.apply_chat_template(
-        messages, add_generation_prompt=True, tokenize=True, return_dict=False
-    )
 
 
 def positions_advice(prompt_tokens: int, max_new: int, positions: int, model: str) -> str:
@@ -70,12 +45,13 @@ def positions_advice(prompt_tokens: int, max_new: int, positions: int, model: st
             f"gen.max_new_tokens to {positions - prompt_tokens} or less, or cut the prompts)")
 
 
-class HFBackend:
+class HFBackend(Backend):
     name = "hf"
     loads_weights = True
     replays = False
     needs_prompts = True
     supports_followup = True
+    streams = True
     batch_size = None  # the run's gen.batch_size
 
     def __init__(
@@ -84,19 +60,20 @@ class HFBackend:
         method: CompressionMethod,
         sampling: SamplingConfig,
         compile: bool | str = "auto",
-        rows: int | str = "auto",
+        rows: int = MIN_CPU_ROWS,
+        requested: int | str | None = None,
         seed: int = 0,
         planned_bytes: int | None = None,
     ):
         self.model_cfg = model_cfg
-        self.rows = check_rows(rows)
+        self.rows = rows  # decode rows (evals.plan.job.choose_rows)
+        self.requested = rows if requested is None else requested  # gen.rows as meta.json reports it
         self.seed = int(seed)
         self.planned_bytes = planned_bytes
         self.engine: Engine | None = None  # one per backend: every request of the run, follow-ups included
         self.engines = 0
         self.method = method
         self.sampling = sampling
-        resolve_compile(compile, "cpu")  # checks the value (gen.compile) before the weights load
         self.compile = compile
         self.compile_meta: dict[str, Any] = {}
         self.model, self.tokenizer = load_model(model_cfg)
@@ -137,16 +114,13 @@ class HFBackend:
                                 record_s=round(e.record_s, 3))
         c = e.counts if e is not None else None
         steps, row_steps, used = (c.steps, c.row_steps, c.used) if c is not None else (0, 0, 0)
-        rows = {"gen.rows": self.rows, "steps": steps, "row_steps": row_steps, "used_row_steps": used,
+        rows = {"gen.rows": self.requested, "steps": steps, "row_steps": row_steps, "used_row_steps": used,
                 "rows": None if self.engine is None else self.engine.rows,
                 "prefills": e.prefills if e else 0, "kv_allocations": e.kv_allocations if e else 0,
                 "engines": self.engines, "compiles": e.compiles if e else 0,
                 "wasted_share": round((row_steps - used) / row_steps, 4) if row_steps else 0,
                 "read_share": round(e.read_share, 4) if e else 0}
         return {"decode_compile": {"gen.compile": self.compile, **compile_meta}, "decode_rows": rows}
-
-    def samples_for(self, item_id: str, n: int) -> list[int]:
-        return list(range(n))
 
     def encode(self, prompt: Prompt) -> list[int]:
         """Token ids of a prompt (:func:`encode_prompt` with this backend's tokenizer and model config)."""
@@ -194,9 +168,8 @@ class HFBackend:
     def _engine(self) -> Engine:
         """The backend's one engine, built at its first request."""
         if self.engine is None:
-            rows = self.rows if self.rows != "auto" else choose_rows(self.model, self.method, self.sampling)
             self.engine = Engine(
-                self.model, self.method, self.sampling, eos=self.eos, rows=rows, seed=self.seed,
+                self.model, self.method, self.sampling, eos=self.eos, rows=self.rows, seed=self.seed,
                 tokenizer=self.tokenizer, compile=resolve_compile(self.compile, self.model.device),
                 planned_bytes=self.planned_bytes,
             )
@@ -255,18 +228,6 @@ class HFBackend:
 def legacy_seed(seed: int, key: str) -> int:
     """The global-RNG seed of the eager path (``positions=in_cache``) for one item."""
     return (seed * 1_000_003 + zlib.crc32(key.encode())) % (2**31)
-
-
-def choose_rows(model, method: CompressionMethod, sampling: SamplingConfig, n_items: int | None = None) -> int:
-    """``gen.rows=auto``: how many decode rows to hold at once.
-
-    The runner resolves ``auto`` on CUDA before the weights load, with the planner (``evals.plan.job.choose_rows``:
-    the most rows whose peak fits ``plan.memory_gib``), and passes the integer. This fallback serves the backend
-    built directly (no run config): on CUDA every sample of an item at once, at most 8; on CPU the engine's
-    ``MIN_CPU_ROWS`` (its forwards hold at least that many rows there anyway)."""
-    if model.device.type != "cuda":
-        return MIN_CPU_ROWS
-    return max(1, min(sampling.n * (n_items or 1), 8))
 
 
 def cut_at_stop(text: str, stop: tuple[str, ...]) -> str:

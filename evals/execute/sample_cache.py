@@ -1,11 +1,11 @@
 """The sample cache: a finished sample is stored under its identity and reused by any run that needs the same sample.
 
-A sample is a pure function of (model and weights, method and its effective knobs, the prompt, the sampler, the
-seed, the item, the sample index, the code that generates it). Its key here is built from the run's identity
-(:func:`evals.identity.run_identity`) with what only *selects* items left out (``task.limit``, ``task.n_items``, the
-hash of all items read), the task's resolved grading setup put in (LiveCodeBench: the sandbox mode ``auto`` resolved
-to, never ``auto``), the generation identity (:mod:`evals.code_identity`) and the item itself (its id and a hash of
-its content). ``gen.n_samples`` is left out where sample ``i`` does not depend on it (greedy, or the engine's
+A sample is a pure function of (model and weights, method and its effective knobs, the prompt, the sampler, the seed,
+the item, the sample index, the code that generates it). Its key here is built from the run's identity
+(:func:`evals.execute.identity.run_identity`) with what only *selects* items left out (``task.limit``, ``task.n_items``,
+the hash of all items read), the task's resolved grading setup put in (LiveCodeBench: the sandbox mode ``auto`` resolved
+to, never ``auto``), the generation identity (:mod:`evals.execute.code_identity`) and the item itself (its id and a hash
+of its content). ``gen.n_samples`` is left out where sample ``i`` does not depend on it (greedy, or the engine's
 counter-based noise keyed on (seed, item, sample, step)).
 
 Storage: one SQLite database (``samples.sqlite``, write-ahead log, as lm-eval's own response cache is a SQLite
@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evals.identity import SAMPLERS, items_sha256
-from evals.private_files import untrusted
+from evals.config.private_files import untrusted
+from evals.execute.identity import SAMPLERS, items_sha256
 from evals.record.rows import check_measured
 
 log = logging.getLogger(__name__)
@@ -67,7 +67,8 @@ def cache_dir(out_root: str | Path) -> Path | None:
 def sample_key_base(identity: dict[str, Any], generation: str, setup: dict[str, Any] | None = None
                     ) -> dict[str, Any]:
     """The part of a sample's key that every sample of the run shares (see the module docstring); ``setup``: the
-    task's resolved grading setup (:func:`evals.code_identity.grading_setup`), which replaces the task's knobs of
+    task's resolved grading setup (:func:`evals.execute.code_identity.grading_setup`), which replaces the task's
+    knobs of
     the same name."""
     gen = dict(identity["gen"])
     if gen.get("sampler") != SAMPLERS["generate"]:  # sample i drawn from its own noise, or greedy

@@ -1,6 +1,6 @@
 """The work a command line asks for, in one line printed before the first job starts (no data read, no weights).
 
-From each job's resolved config, as the planner reads it (:func:`evals.plan.job.job_from_config`: the task's
+From each job's checked spec, as the planner reads it (:func:`evals.plan.job.job_from_spec`: the task's
 ``plan`` block and ``task.limit``): the samples (items x ``gen.n_samples``), the prompt tokens to prefill and the
 new tokens at most, and the planner's GPU time (``python -m evals.plan`` prints the table). So a slip such as
 ``task.n_items=1000000`` shows its size at once, not after hours. Printed for large command lines only
@@ -9,28 +9,31 @@ new tokens at most, and the planner's GPU time (``python -m evals.plan`` prints 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+from evals.plan.cost import mean_prompt_tokens
+from evals.plan.job import job_from_spec
+from evals.plan.planner import plan_jobs
+
+if TYPE_CHECKING:  # the spec module reads OmegaConf; the planner imports without it
+    from evals.config.spec import RunSpec
 
 SHOWN_SAMPLES = 10_000  # a command line with fewer samples than this prints nothing (a few minutes of work at most)
 LARGE_SAMPLES = 100_000  # beyond this, the line says how to stop and what to check
 
 
-def estimate(cfgs: list[Any]) -> str | None:
-    """The line for the jobs of ``cfgs`` (composed configs or containers), or None when there is no job or fewer
-    than :data:`SHOWN_SAMPLES` samples in all."""
-    if not cfgs:
+def estimate(specs: list[RunSpec]) -> str | None:
+    """The line for the jobs of ``specs``, or None when there is no job or fewer than :data:`SHOWN_SAMPLES` samples
+    in all."""
+    if not specs:
         return None
-    from evals.plan.cost import mean_prompt_tokens
-    from evals.plan.job import job_from_config
-    from evals.plan.planner import plan_jobs
-
     jobs = []
-    for cfg in cfgs:
+    for spec in specs:
         try:
-            jobs.append(job_from_config(cfg))
+            jobs.append(job_from_spec(spec))
         except (ValueError, KeyError, TypeError):  # no plan block, a model without a shape: not estimated
             continue
-    n = len(cfgs)
+    n = len(specs)
     head = f"work: {n} job{'s' if n != 1 else ''}"
     samples = sum(j.total_samples for j in jobs)
     if samples < SHOWN_SAMPLES:

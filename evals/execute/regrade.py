@@ -1,4 +1,4 @@
-"""Rows made or graded by other code (:mod:`evals.code_identity`): the one rule for every row a run did not just
+"""Rows made or graded by other code (:mod:`evals.execute.code_identity`): the one rule for every row a run did not just
 generate (resumed from its own ``samples.jsonl``, reused from the sample cache, copied from the full-cache run).
 
 A row is reused only under this process's generation identity (``generation_id``; a row of other code, or of a
@@ -28,16 +28,16 @@ def generated_here(row: dict[str, Any], generation_id: str | None) -> bool:
     return row.get("generation_id") == generation_id and isinstance(row.get("completion"), str)
 
 
-def regrade(cfg: Any, p: Any, pairs: list[tuple[Any, dict[str, Any]]]) -> list[dict[str, Any]]:
+def regrade(p: Any, pairs: list[tuple[Any, dict[str, Any]]]) -> list[dict[str, Any]]:
     """``pairs`` of (item, row) with every row under this run's grading identity: rows graded by other code are
     graded again (one ``score_all`` call for all of them), the others returned as they are. ``p``: the run's
-    :class:`evals.runner.RunPlan`."""
+    :class:`evals.execute.prepare.RunPlan`."""
     stale = [k for k, (_, row) in enumerate(pairs) if row.get("grading_id") != p.grading_id]
     if not stale:
         return [row for _, row in pairs]
-    thinking = bool(cfg.model.thinking)
-    parts = [answer_part(p.task, pairs[k][1]["completion"], thinking, cfg.task) for k in stale]
-    scores = score_all(p.task, [(pairs[k][0], text) for k, (text, _) in zip(stale, parts)], cfg.task)
+    thinking = bool(p.spec.model.thinking)
+    parts = [answer_part(p.task, pairs[k][1]["completion"], thinking, p.spec.task) for k in stale]
+    scores = score_all(p.task, [(pairs[k][0], text) for k, (text, _) in zip(stale, parts)], p.spec.task)
     out = [row for _, row in pairs]
     for k, (_, closed), scored in zip(stale, parts, scores):
         old = out[k]
@@ -47,13 +47,13 @@ def regrade(cfg: Any, p: Any, pairs: list[tuple[Any, dict[str, Any]]]) -> list[d
     return out
 
 
-def refresh_resumed(cfg: Any, p: Any, path: Path, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def refresh_resumed(p: Any, path: Path, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The rows of the run's ``samples.jsonl`` that this code may resume: rows of another generation identity (or
     of items this run does not evaluate) are dropped, to be generated again; rows of another grading identity are
     re-graded. The file is rewritten atomically when anything changed (the caller holds the run's lock)."""
     items = {str(item.item_id): item for item in p.items}
     keep = [r for r in rows if generated_here(r, p.generation_id) and str(r["item_id"]) in items]
-    fresh = regrade(cfg, p, [(items[str(r["item_id"])], r) for r in keep])
+    fresh = regrade(p, [(items[str(r["item_id"])], r) for r in keep])
     if len(keep) == len(rows) and all(a is b for a, b in zip(fresh, keep)):
         return rows
     if len(keep) < len(rows):
