@@ -2,9 +2,9 @@
 
 ``cpu`` (default): the embedded SmolLM2-135M in fp32, contexts 1k–8k, SnapStream budget 1024 + ring 256.
 ``gpu``: a Llama-3.1-8B-shaped model with random weights in bf16 on CUDA, contexts 8k–128k, budget 4096 + ring 512,
-time-boxed so that one command ends within about 8 minutes. Its first rep is a warm-up left out of the figures: on the
-lent H100 the full-cache decodes of the first rep ran ~1.5x slower than in later reps (first use of GPU memory), while
-every other case and later reps agreed.
+time-boxed so that one command ends within about 8 minutes. Its first rep is a warm-up left out of the figures
+(``discard_reps``): the first use of GPU memory slows the full-cache decodes of the first rep (bench/README.md, "GPU
+mode").
 """
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ def parse_tokens(text: str) -> tuple[int, ...]:
 def config_from_dict(data: dict[str, Any]) -> BenchConfig:
     """The inverse of ``dataclasses.asdict`` (JSON turns tuples into lists)."""
     data = dict(data)
-    data.setdefault("compiled", ())  # runs from before the compiled decode measured none
+    data.setdefault("compiled", ())  # a run config without the field measured no compiled case
     for name in ("attns", "methods", "compiled", "contexts", "batches"):
         if name in data:
             data[name] = tuple(data[name])

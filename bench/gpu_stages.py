@@ -394,7 +394,7 @@ class TimedCompaction:
 
 @stage("compaction", 140, note="decode-time compaction (rkv; triattention when registered)")
 def compaction(ctx: Ctx) -> None:
-    """The decode-time methods' compaction graph (issue 43): for each of ``rkv`` and ``triattention`` (when
+    """The decode-time methods' compaction graph: for each of ``rkv`` and ``triattention`` (when
     registered), the compiled engine's greedy tokens against the eager engine's on the stage's model and prompt
     (``tokens_equal_eager``), the graphs compiled by its run (decode step + compaction: 2), and for ``rkv`` at budget
     512 / interval 128 (32 / 8 with ``--tiny``) the compaction's share of the decode time."""

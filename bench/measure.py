@@ -10,12 +10,15 @@ Protocol:
    forward (explicit positions T, T+1, ..., greedy, no EOS) of every case in turn, the order rotating from step to
    step. Each forward is timed on its own, so a slow phase of the machine hits every case alike. ms/token is the mean
    over the ``steps`` steps that follow ``WARM_STEPS`` untimed ones (the median is kept too). Switching the attention
-   implementation between cases happens outside the timed region. The memory's bandwidth is read right before the
-   first timed round (one step of every case) and right after each one; a round's floor uses the faster of its two
-   readings, and a case's ``floor_ms`` is the mean over its rounds (:mod:`bench.floor`).
+   implementation between cases happens outside the timed region. A compiled case (``<method>+compiled``) decodes on
+   the engine's rows, loaded from its batch-1 prefill, with the engine's compiled step (:mod:`bench.engine_rows`);
+   its timed step includes the rows' slot schedule and draw, as in a run. The memory's bandwidth is read right
+   before the first timed round (one step of every case) and right after each one; a round's floor uses the faster
+   of its two readings, and a case's ``floor_ms`` is the mean over its rounds (:mod:`bench.floor`), with the KV
+   entries held at the middle timed step by the method's geometry (``tokens_held``).
 3. KV bytes are counted from the caches' own tensors (K and V storage; the core's per-slot validity and position
-   tensors separately as ``index_bytes``), per sequence, after prefill and at the end; the core's ``cache.stats``
-   gives the peak during prefill.
+   tensors separately as ``index_bytes``), per sequence, after prefill and at the end (a compiled case: its rows'
+   slots and visibility mask); the core's ``cache.stats`` gives the peak during prefill.
 4. Memory of the prefill: the peak above what was held when it started: on CPU the resident set (Linux ``VmHWM``,
    reset through ``/proc/self/clear_refs`` after ``malloc_trim``), on CUDA ``max_memory_allocated``.
 """
@@ -38,8 +41,8 @@ import snapstream_core as ss
 from bench.cases import PLAIN, Case, build_method, is_compiled
 from bench.config import WARM_STEPS, BenchConfig
 from bench.cpu_decode import KERNELS
+from bench.engine_rows import EngineRows
 from bench.floor import BandwidthProbe, floor_bytes, measure_matmul
-from snapstream_core.engine.rows import RowCache
 from snapstream_core.engine.step import DecodeKernels, Step
 
 MIB = 2**20
@@ -128,25 +131,6 @@ class Running:
     static: EngineRows | None = None  # a compiled case: the engine's rows, decoded by its compiled step
 
 
-@dataclass
-class EngineRows:
-    """A compiled case's decode state on the engine's pieces: the rows (one per sequence) and each row's slot
-    schedule (step t writes slot ``base + (offset + t) % period``)."""
-
-    cache: RowCache
-    base: int
-    offset: int
-    period: int
-    method: Any
-    prompt_tokens: int
-
-    def slots(self, t: int, batch: int, device) -> torch.Tensor:
-        return torch.full((batch,), self.base + (self.offset + t) % self.period, dtype=torch.long, device=device)
-
-    def tokens_held(self, steps: int) -> int:
-        return self.method.tokens_held(self.prompt_tokens, steps)
-
-
 @torch.no_grad()
 def prefill(model, prompts, case: Case, cfg: BenchConfig) -> Running:
     cuda = cfg.device == "cuda"
@@ -168,12 +152,9 @@ def prefill(model, prompts, case: Case, cfg: BenchConfig) -> Running:
     kv, _, tokens = kv_bytes(cache)
     static = None
     if is_compiled(case.method):  # the engine's rows, one per sequence, loaded from the batch-1 prefill
-        method = cache.method
-        rows = RowCache.empty(case.batch, method.slots(T, max_steps(cfg) + 1), cache,
-                              None if kernels(cfg) is None else kernels(cfg).zeros)
-        for r in range(case.batch):
-            base, offset, period, _ = rows.load(r, cache)
-        static = EngineRows(rows, base, offset, period, method, T)
+        step = compiled_step(model.device.type, cfg.compile_backend, kernels(cfg))
+        zeros = None if kernels(cfg) is None else kernels(cfg).zeros
+        static = EngineRows.load(cache, logits[:, -1], T, case.batch, max_steps(cfg) + 1, step, zeros)
     if case.batch > 1:
         cache.batch_repeat_interleave(case.batch)
         token = token.repeat_interleave(case.batch, dim=0)
@@ -218,15 +199,12 @@ def max_steps(cfg: BenchConfig) -> int:
 def decode_step(model, run: Running, cfg: BenchConfig) -> None:
     """One greedy decode forward of ``run``, timed."""
     _use(model, attention_name(run.case))
-    pos = torch.full_like(run.token, run.position)
     cuda = cfg.device == "cuda"
     t0 = _now(cuda)
     if run.static is not None:  # the engine's compiled step: compiles on its first call for this shape
-        t = run.position - run.row["prompt_tokens"]
-        step = compiled_step(model.device.type, cfg.compile_backend, kernels(cfg))
-        logits = step(model, run.static.cache, run.token, pos, run.static.slots(t, run.case.batch, pos.device))
-        run.token = logits.argmax(-1, keepdim=True)
+        run.token = run.static(model)
     else:
+        pos = torch.full_like(run.token, run.position)
         logits = model(input_ids=run.token, past_key_values=run.cache, position_ids=pos, use_cache=True).logits
         run.token = logits[:, -1].argmax(-1, keepdim=True)
     run.step_s.append(_now(cuda) - t0)
@@ -241,9 +219,8 @@ def finish(run: Running) -> dict:
     decode_ms = 1000 * statistics.mean(run.step_s)
     kv, index, tokens = kv_bytes(run.cache)
     if run.static is not None:  # the decode ran on the engine's rows: what they hold
-        tokens = run.static.tokens_held(run.position - run.row["prompt_tokens"])
-        kv = run.static.cache.nbytes_per_row() * run.static.cache.rows
-        index = run.static.cache.visible.nbytes
+        tokens = run.static.tokens_held()
+        kv, index = run.static.kv_bytes()
     stats = run.cache.stats.as_row() if isinstance(run.cache, ss.CompressedCache) else {}
     extra = {"tokens": run.tokens} if run.tokens is not None else {}
     return {
@@ -282,10 +259,8 @@ def measure_group(
     probe = BandwidthProbe(cfg.device)  # read before and after every timed round of the decode it is compared with
     matmul_ms = {b: 1000 * measure_matmul(model, b) for b in sorted({run.case.batch for run in running})}
     for run in running:
-        kept = run.row["kv_tokens_after_prefill"] + WARM_STEPS + steps // 2  # tokens held at the middle step
-        if run.case.method != PLAIN and build_method(run.case.method, cfg).ring is not None:
-            kept = min(kept, run.cache.layers[0].n_frozen + build_method(run.case.method, cfg).ring)
-        run.row["floor_bytes"] = floor_bytes(model, kept, run.case.batch)
+        middle = held_at(run.case, run.row["prompt_tokens"], WARM_STEPS + steps // 2, cfg)  # the middle timed step
+        run.row["floor_bytes"] = floor_bytes(model, middle, run.case.batch)
         run.row["matmul_ms"] = matmul_ms[run.case.batch]  # the weights' products alone, as the kernels run them
     readings = []  # bytes/s: right before the first timed round, then right after each timed round
     for step in range(WARM_STEPS + steps):
@@ -316,6 +291,14 @@ def measure_group(
     del running
     _free(cuda)
     return rows
+
+
+def held_at(case: Case, prompt_tokens: int, steps: int, cfg: BenchConfig) -> int:
+    """KV entries per layer and KV head ``case`` holds after ``steps`` decode steps: the method's geometry
+    (``tokens_held``), or for ``plain`` the whole prompt and every step."""
+    if case.method == PLAIN:
+        return prompt_tokens + steps
+    return build_method(case.method, cfg).tokens_held(prompt_tokens, steps)
 
 
 def _failure(exc: Exception) -> str:

@@ -6,8 +6,9 @@
 For each method and prompt length: the peak of the tensor bytes live at once (``bench.live_bytes.LiveBytes``:
 deterministic, weights excluded) while ``prefill_prompt`` prefills the prompt in chunks, the cache is expanded to
 ``n`` rows and ``model.generate`` decodes ``--steps`` tokens from it (as ``generate``'s n > 1 path continues), next
-to ``prefill_peak_bytes``'s estimate of the prefill alone and the prompt logits the old paths held (``T x V``
-fp32). Issue 28's acceptance: with n = 2 on SmolLM2, the 7.8k prompt peaks at most 400 MiB above the 256 one.
+to ``prefill_peak_bytes``'s estimate of the prefill alone and the size of the whole prompt's logits (``T x V`` fp32,
+``old_prompt_logits_mib``), which a prefill that keeps only the last logits never holds. The target: with n = 2 on
+SmolLM2, the 7.8k prompt peaks at most 400 MiB above the 256 one.
 """
 
 from __future__ import annotations

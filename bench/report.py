@@ -1,5 +1,5 @@
-"""From raw rows (one per case and rep) to ``summary.csv`` (medians + ratios to the references) and the issue's
-"must show" figures (``figures.md`` / ``figures.json``). Standard library only: runs where pandas is missing.
+"""From raw rows (one per case and rep) to ``summary.csv`` (medians + ratios to the references) and the
+headline "must show" figures (``figures.md`` / ``figures.json``). Standard library only: runs where pandas is missing.
 
 Ratios are **paired**: computed per rep between cases that ran next to each other, then the median over reps, so
 that slow drift of the machine cancels.
@@ -51,13 +51,14 @@ class Table:
         return _median(float(r[field]) for r in self.by_key.get(key, {}).values())
 
     def vs_floor(self, key: tuple) -> float:
-        """Median over reps of decode ms ÷ the bandwidth floor measured in the same group (NaN for older runs)."""
+        """Median over reps of decode ms ÷ the bandwidth floor measured in the same group (NaN: rows without
+        ``floor_ms``)."""
         rows = self.by_key.get(key, {}).values()
         return _median(float(r["decode_ms_per_token"]) / float(r["floor_ms"]) for r in rows if r.get("floor_ms"))
 
     def vs_matmul(self, key: tuple) -> float:
-        """Median over reps of decode ms ÷ the weights' products alone, timed in the same group (NaN for older
-        runs)."""
+        """Median over reps of decode ms ÷ the weights' products alone, timed in the same group (NaN: rows
+        without ``matmul_ms``)."""
         rows = self.by_key.get(key, {}).values()
         return _median(float(r["decode_ms_per_token"]) / float(r["matmul_ms"]) for r in rows if r.get("matmul_ms"))
 
@@ -101,7 +102,7 @@ def _contexts(table: Table, attn: str, method: str) -> list[int]:
 
 
 def must_show(rows: list[dict], cfg: BenchConfig) -> dict:
-    """The issue's figures, per attention implementation, with the targets they are checked against."""
+    """The headline figures, per attention implementation, with the targets they are checked against."""
     table = Table(rows)
     out: dict = {}
     for attn in cfg.attns:

@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     meta.update(compile_s=runner.compile_s)
     meta.update(load_end=_load(), finished=time.ctime(), duration_s=round(runner.elapsed()), skipped=runner.skipped)
     report.write_csv(out / "raw.csv", rows)
-    (out / "raw.jsonl").unlink()  # the crash-safe log, now in raw.csv (fewer files to carry back from a GPU box)
+    (out / "raw.jsonl").unlink()  # the crash-safe log: raw.csv holds its rows (fewer files to carry back)
     write_outputs(rows, cfg, meta, out)
     return 0
 

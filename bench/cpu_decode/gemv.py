@@ -26,21 +26,19 @@ from torch import fx
 
 log = logging.getLogger(__name__)
 
-# Most rows (the product of the input's leading dimensions) a product may have to be rewritten: measured on the
-# 2-core CPU with SmolLM2's 211 weight matrices, the fused kernel takes 18 / 32 / 48 ms for 1 / 2 / 4 rows against
-# 38 / 70 / 72 ms for MKL, and 77 against 63 ms at 8 rows.
+# Most rows (the product of the input's leading dimensions) a product may have to be rewritten: up to 4 rows the
+# fused kernel is faster than MKL on the 2-core CPU, at 8 rows slower (bench/README.md, "Compiled decode and the
+# bandwidth floor").
 MAX_ROWS = 4
 
 # Inductor settings of this compile only: realise every computed product input (a normed or gated activation) once,
-# instead of recomputing it inside each of the matrix's O output rows (measured: the output head 4.6 -> 3.5 ms, a
-# SmolLM2 step 25.3 -> 23.9 ms).
-# And the C++ wrapper: the step's ~100 kernel and operator calls from generated C++ instead of Python (measured
-# on SmolLM2: 21-22 -> 20.8 ms/token with the attention kernel; the first compile takes ~30 s longer).
+# instead of recomputing it inside each of the matrix's O output rows.
+# And the C++ wrapper: the step's ~100 kernel and operator calls from generated C++ instead of Python (the first
+# compile takes longer).
 # And no size asserts: the generated step would check the sizes and strides of its ~340 inputs (weights, slot
 # buffers) at every call, which Dynamo's guards (one TENSOR_MATCH per input) have already checked before it runs,
 # and the output layout of the attention kernel, which tests/test_cpu_decode_attention.py checks against its shape rule
-# with ``torch.library.opcheck`` (measured, SmolLM2 snapstream step at 2k in one process, interleaved:
-# 17.2 -> 16.9 ms and 20.5 -> 20.2 ms).
+# with ``torch.library.opcheck``. What each setting saves per step: bench/README.md.
 INDUCTOR_PATCHES = {"realize_opcount_threshold": 0, "cpp_wrapper": True, "size_asserts": False}
 
 _LINEAR = (torch._C._nn.linear, torch.nn.functional.linear)

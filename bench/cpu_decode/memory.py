@@ -1,14 +1,13 @@
 """Where the CPU tensors a decode step streams live: blocks of fresh anonymous memory on transparent huge pages.
 
 A decode step reads every weight and every K/V entry it holds once, so on the CPU its speed is the speed at which
-memory streams. Two things slow that down on Linux (measured on the 2-core test machine, SmolLM2-135M fp32, compiled
-snapstream step at 2k, in one process, interleaved; ``bench/README.md``):
+memory streams. Two things slow that down on Linux (what each costs a compiled SmolLM2 step: ``bench/README.md``):
 
-- transformers loads CPU weights as private mappings of the safetensors file, 4 KiB page-cache pages: the same step
-  took 19.2 ms on them, 18.1 ms on the same values copied into one block of anonymous memory;
-- 4 KiB pages cost a TLB miss every 4 KiB and stop the hardware prefetcher at each page edge: with the block advised
-  for transparent huge pages (``madvise(MADV_HUGEPAGE)``, the ``madvise`` mode most distributions ship) the step
-  took 17.4 ms; the K/V slot buffers on huge pages too, 1% less again.
+- transformers loads CPU weights as private mappings of the safetensors file, 4 KiB page-cache pages, slower to
+  stream than the same values copied into one block of anonymous memory;
+- 4 KiB pages cost a TLB miss every 4 KiB and stop the hardware prefetcher at each page edge, which a block advised
+  for transparent huge pages (``madvise(MADV_HUGEPAGE)``, the ``madvise`` mode most distributions ship) avoids, for
+  the weights and the K/V slot buffers alike.
 
 :func:`pack_parameters` moves a CPU model's parameters into one such block (values unchanged, in module order, so
 that a layer's weights are read as one stream; ``bench.models.load`` calls it); :func:`cpu_zeros` gives zeroed

@@ -15,9 +15,8 @@
 // - exponentials: ATen's exp_u20, the one its CPU flash attention uses;
 // - weighted values: a few keys at a time for all rows, so each value is read from memory once;
 // - sub-blocks of SUB slots with no visible slot (a ring not full yet, the slots of tokens not decoded yet) are not
-//   read at all (30 layers x 1,280 slots with 1,044 visible: 1.94 -> 1.73 ms). Their keys and values do not count,
-//   even NaN ones, where SDPA's 0 x NaN would give NaN.
-// Measured in bench/README.md ("CPU attention of the compiled step").
+//   read at all. Their keys and values do not count, even NaN ones, where SDPA's 0 x NaN would give NaN.
+// Measured in bench/README.md ("Compiled decode and the bandwidth floor (CPU, bench/cpu_decode)").
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -71,7 +70,7 @@ inline void scores_rows(const float* q, const float* k, int64_t n, int64_t k_row
   static_assert(D % V == 0, "head dim must be a multiple of the vector width");
   int64_t j = 0;
   for (; j + J <= n; j += J) {
-    for (int t = 0; t < J; ++t) {  // the keys PREFETCH ahead, into cache while these are multiplied (measured: -5%)
+    for (int t = 0; t < J; ++t) {  // the keys PREFETCH ahead, into cache while these are multiplied
       const char* ahead = reinterpret_cast<const char*>(k + std::min(j + t + PREFETCH, n - 1) * k_row);
       for (int64_t b = 0; b < D * static_cast<int64_t>(sizeof(float)); b += 64) __builtin_prefetch(ahead + b, 0, 3);
     }
