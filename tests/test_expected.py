@@ -64,6 +64,6 @@ def test_the_check_before_a_run_does_not_repeat_the_tasks_log_line(caplog):
 @pytest.mark.parametrize("rate, text", [(0.04123, "0.0412"), (0.15, "0.15"), (2.154, "2.15"), (65.94, "65.9"),
                                         (1234.4, "1,234")])
 def test_a_throughput_keeps_three_significant_digits(rate, text):
-    from evals.report.headline import rate_text
+    from evals.report.run_headline import rate_text
 
     assert rate_text(rate) == text

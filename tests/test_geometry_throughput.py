@@ -12,7 +12,7 @@ import pytest
 
 from evals.record.geometry import dropped, keeps_every_token, mean_held, row_geometry
 from evals.record.throughput import GenClock
-from evals.report.headline import headline_text, run_results
+from evals.report.run_headline import headline_text, run_results
 from snapstream_core.methods import METHODS
 
 SHAPES = [(10, 0), (10, 5), (100, 3), (100, 50), (30, 200), (64, 1), (500, 1000)]

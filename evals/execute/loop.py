@@ -49,7 +49,7 @@ from evals.record.rundir import (
     write_hydra_files,
 )
 from evals.record.throughput import GenClock
-from evals.report.headline import show_headline
+from evals.report.run_headline import show_headline
 from tasks.protocol import hook
 
 log = logging.getLogger(__name__)
