@@ -7,7 +7,7 @@ launcher then runs them in this process, one after the other. With a launcher th
 come from each worker and N is not known there: they say "job k".
 
 The ETA is the time per unit of work so far times the work left, a job's work being its planned samples x
-``gen.max_new_tokens`` (:func:`job_work`): a 6-item job no longer counts as much as a 500-item one, and jobs that
+``gen.max_new_tokens`` (:func:`job_work`): a 6-item job counts for less than a 500-item one, and jobs that
 compute nothing (complete already, copied from the full cache, every sample from the sample cache) add neither work
 nor a rate, so the ETA does not drop after them and jump at the next real job.
 """

@@ -1,6 +1,6 @@
 """A sweep's plan: rows, peak memory and GPU time of every job, and which jobs compute nothing new.
 
-Two kinds of job run once (issue 28, item 7):
+Two kinds of job run once:
 
 - jobs with the same run directory (``none`` at every budget: its knobs are ignored, so its tag and identity do not
   change): Hydra launches each, and every one after the first finds the run complete (resume) and computes nothing;

@@ -25,7 +25,7 @@ class SnapStream(SnapKV):
         "prompt_budget", "recent", "window", "kernel", "pooling", "gqa_agg", "sinks", "positions", "ratio"
     )
     sinks: int = 4
-    recent: int = 256  # as conf/compression/snapstream.yaml and the README: every Hydra run so far used 256
+    recent: int = 256  # as conf/compression/snapstream.yaml and the README
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -11,7 +11,7 @@ unfinished answer.
   models: the whole text. Every item stays in every denominator, as ``result.py`` divides by the items written.
 - ``raw``: ``pred.py``'s extraction on the whole completion (the literal official pipeline with a server that has no
   reasoning parser): a "The correct answer is (X)" inside the thinking counts.
-- ``drop_empty``: the behaviour before issue 29, kept only for comparison with old runs: as ``strict``, but a row
+- ``drop_empty``: kept only to compare with runs scored that way: as ``strict``, but a row
   whose answer part is empty (an unfinished thinking block, an empty output) is left out of every denominator
   (``skipped``). It biases comparisons between methods that run out of tokens at different rates: not a default.
 """
