@@ -78,7 +78,8 @@ def run(spec: RunSpec, run_dir: Path | None = None) -> Path:
             log.info("nothing to do: %s is complete (overwrite=true starts afresh)", p.run_dir)
             show_headline(p.run_dir)
             return p.run_dir
-        write_hydra_files(p.run_dir, spec.config)  # accepted, with work to do: only now is the job's record written
+        # accepted, with work to do: only now is the job's record written
+        write_hydra_files(p.run_dir, OmegaConf.to_yaml(spec.config))
         return _run_locked(p, replay)
 
 

@@ -84,10 +84,10 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
-def write_hydra_files(run_dir: Path, cfg: Any) -> None:
-    """Hydra's ``.hydra/{config,hydra,overrides}.yaml`` for the job, written by the run itself once it is accepted
-    (``hydra.output_subdir`` is null: a refused re-run must not replace a finished run's record); a no-op outside
-    ``@hydra.main``."""
+def write_hydra_files(run_dir: Path, config_yaml: str) -> None:
+    """Hydra's ``.hydra/{config,hydra,overrides}.yaml`` for the job (``config_yaml``: the composed config as YAML),
+    written by the run itself once it is accepted (``hydra.output_subdir`` is null: a refused re-run must not replace
+    a finished run's record); a no-op outside ``@hydra.main``."""
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
 
@@ -96,7 +96,7 @@ def write_hydra_files(run_dir: Path, cfg: Any) -> None:
     hc = HydraConfig.get()
     folder = run_dir / ".hydra"
     folder.mkdir(exist_ok=True)
-    write_atomic(folder / "config.yaml", OmegaConf.to_yaml(cfg))
+    write_atomic(folder / "config.yaml", config_yaml)
     write_atomic(folder / "hydra.yaml", OmegaConf.to_yaml({"hydra": hc}))
     write_atomic(folder / "overrides.yaml", OmegaConf.to_yaml(list(hc.overrides.task)))
 
