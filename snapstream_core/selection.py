@@ -86,8 +86,36 @@ def snapkv_scores(
     return scores
 
 
+def top_set(scores: torch.Tensor, n_keep: int, key_valid: torch.Tensor) -> torch.Tensor:
+    """The ``n_keep`` positions of highest score per (row, KV head), in no particular order.
+
+    Each row's valid tokens are ranked with ``torch.topk`` on that row's valid slice alone, as kvpress's
+    ``ScorerPress.compress`` ranks (kvpress 0.5.5 ``presses/scorer_press.py``: ``scores.topk(n_kept, dim=-1)``), so an
+    exact tie at the cutoff is broken as kvpress breaks it, and a left-padded row keeps what it keeps alone (the
+    choice is a function of the row's own scores). A row with fewer valid tokens than ``n_keep`` keeps all of them and
+    then its earliest padding.
+
+    Args:
+        scores: (B, H_kv, T) priorities; key_valid: (B, T) bool.
+
+    Returns:
+        (B, H_kv, n_keep) long positions.
+    """
+    B, H_kv, T = scores.shape
+    if bool(key_valid.all()):  # one prefill row, or a batch of equal lengths: every row is its own valid slice
+        return scores.topk(n_keep, dim=-1).indices
+    rows = []
+    for b in range(B):
+        real = key_valid[b].nonzero().squeeze(-1)  # (n_valid,)
+        k = min(n_keep, real.numel())
+        kept = real[scores[b][:, real].topk(k, dim=-1).indices]  # (H_kv, k)
+        pad = (~key_valid[b]).nonzero().squeeze(-1)[: n_keep - k]
+        rows.append(torch.cat([kept, pad[None, :].expand(H_kv, -1)], dim=-1))
+    return torch.stack(rows)
+
+
 def keep_indices(scores: torch.Tensor, n_keep: int, n_frozen: int, key_valid: torch.Tensor) -> torch.Tensor:
-    """Indices of the ``n_keep`` highest-priority tokens, laid out for the cache.
+    """Indices of the ``n_keep`` highest-priority tokens (:func:`top_set`), laid out for the cache.
 
     Args:
         scores: (B, H_kv, T) priorities; key_valid: (B, T) bool.
@@ -98,9 +126,11 @@ def keep_indices(scores: torch.Tensor, n_keep: int, n_frozen: int, key_valid: to
         position order, the newest last).
     """
     B, H_kv, T = scores.shape
-    # A stable sort instead of topk: max pooling makes plateaus of equal scores, and ties must be broken the same
-    # way whatever the padding (towards earlier tokens), so that a prompt selects the same tokens alone or in a batch.
-    top = torch.sort(scores, dim=-1, descending=True, stable=True).indices[..., :n_keep]  # (B, H_kv, n_keep)
+    kept = top_set(scores, n_keep, key_valid).sort(dim=-1).values  # (B, H_kv, n_keep) in position order
+    # Which kept tokens are frozen and which seed the ring: by score, the earlier token first among equal scores (a
+    # stable sort of the position-ordered set), so that the split too depends on the row's own scores only.
+    by_score = torch.sort(scores.gather(-1, kept), dim=-1, descending=True, stable=True).indices
+    top = kept.gather(-1, by_score)
     frozen, ring = top[..., :n_frozen], top[..., n_frozen:]
     valid = key_valid[:, None, :].expand(B, H_kv, T)
     big = T + 1

@@ -133,6 +133,7 @@ METHODS = [
     ss.SnapStream(prompt_budget=64, recent=16),
     ss.SnapStream(prompt_budget=64, recent=16, positions="in_cache"),
     ss.StreamingLLM(sinks=4, recent=60, positions="in_cache"),
+    ss.Knorm(prompt_budget=64),
     ss.TOVA(prompt_budget=64, recent=16),
     ss.KeyDiff(prompt_budget=64),
     ss.ExpectedAttention(prompt_budget=64, recent=16),

@@ -101,9 +101,39 @@ def test_selection_keeps_window_sinks_and_top_scores():
         assert {0, 1} <= kept  # the sinks
         prefix = ref[0, kv].clone()
         prefix[:2] = -math.inf
-        best = set(torch.sort(prefix, descending=True, stable=True).indices[:14].tolist())
+        best = set(prefix.topk(14).indices.tolist())
         assert kept == best | {0, 1} | set(range(T - 8, T))
         assert idx[0, kv].tolist() == sorted(kept)  # frozen prefix in position order
+
+
+def _tied_scores(B: int, H_kv: int, T: int) -> torch.Tensor:
+    """Scores drawn from 5 values, so that every cutoff falls inside an exact tie."""
+    return torch.randint(0, 5, (B, H_kv, T), generator=torch.Generator().manual_seed(3)).float()
+
+
+def test_exact_ties_are_broken_as_torch_topk_breaks_them():
+    # kvpress's ScorerPress keeps scores.topk(n_kept).indices; a tie at the cutoff must go the same way.
+    scores = _tied_scores(1, 3, 200)
+    valid = torch.ones(1, 200, dtype=torch.bool)
+    for n_keep in (3, 50, 150):  # both of topk's CPU paths (partial sort when 64 * k <= T, else nth_element)
+        idx = keep_indices(scores, n_keep, n_keep, valid)
+        for kv in range(3):
+            assert set(idx[0, kv].tolist()) == set(scores[0, kv].topk(n_keep).indices.tolist())
+
+
+def test_a_left_padded_row_keeps_in_ties_what_it_keeps_alone():
+    alone = _tied_scores(1, 2, 150)
+    pad = 37
+    scores = torch.cat([torch.full((1, 2, pad), float("-inf")), alone], dim=-1)
+    other = _tied_scores(1, 2, 150 + pad)
+    batch = torch.cat([scores, other])  # row 0 left-padded, row 1 full length
+    valid = torch.ones(2, 150 + pad, dtype=torch.bool)
+    valid[0, :pad] = False
+    for n_keep, n_frozen in ((60, 60), (60, 20)):
+        mine = keep_indices(alone, n_keep, n_frozen, torch.ones(1, 150, dtype=torch.bool))
+        padded = keep_indices(batch, n_keep, n_frozen, valid)
+        assert torch.equal(padded[0] - pad, mine[0])  # the same tokens, frozen and ring alike
+        assert torch.equal(padded[1], keep_indices(other, n_keep, n_frozen, valid[1:])[0])
 
 
 def test_padding_is_never_preferred_and_goes_first_in_the_ring():

@@ -60,7 +60,7 @@ def summary(rows: list[dict]) -> dict:
         "heads": len(rows),
         "heads_identical": sum(r["common"] == r["kept"] for r in rows),
         # heads whose every disputed position scores exactly kvpress's cutoff: equal scores, the tie broken
-        # differently (torch.topk's order in kvpress, the earlier token in ours: keep_indices)
+        # differently (both sides rank with torch.topk, which breaks a tie by the whole head's scores: see top_set)
         "heads_identical_but_exact_ties": sum(r["common"] < r["kept"] and r["disputed_gap_rel"] == 0 for r in rows),
         "kept_per_head": rows[0]["kept"],
         "agree_pct": 100 * sum(r["common"] for r in rows) / kept,
