@@ -136,15 +136,15 @@ def model_node(model) -> dict[str, Any]:
 
 def plan_job(model, compression: dict, prompt: int, new_tokens: int, samples: int, memory_gib: float):
     """The planner's job (:mod:`evals.plan`, no hydra) for ``samples`` samples of one ``prompt``-token prompt."""
-    from evals.plan import job_from_config
+    from evals.plan import job_of
+    from snapstream_core import compression_from_config
 
     plan = {"n_items": 1, "prompt_groups": [{"items": 1, "tokens": prompt}], "max_prompt_tokens": prompt,
             "gen_fraction": {"default": 1.0}}
-    return job_from_config({
-        "model": model_node(model), "task": {"name": "gpu_check", "plan": plan},
-        "gen": {"max_new_tokens": new_tokens, "n_samples": samples}, "compression": dict(compression),
-        "plan": {"memory_gib": memory_gib}, "run_dir": "", "out_root": "",
-    })
+    method = compression_from_config(dict(compression))
+    return job_of(model_node(model), {"name": "gpu_check", "plan": plan}, method,
+                  tag=str(compression.get("tag", method.method)), max_new_tokens=new_tokens, n_samples=samples,
+                  memory_gib=memory_gib)
 
 
 def plan_rows(ctx: Ctx) -> tuple[int, int]:

@@ -11,7 +11,8 @@ import sys
 
 import pytest
 
-from evals.plan import alias_of, check_fits, choose_rows, job_from_config, peak_bytes, with_prompt
+from evals.config.spec import check
+from evals.plan import alias_of, check_fits, choose_rows, job_from_spec, peak_bytes, with_prompt
 from evals.plan.__main__ import main
 from evals.plan.device import GIB
 from evals.plan.job import job_budget
@@ -118,7 +119,7 @@ def test_a_bad_override_is_one_line(tmp_path, capsys):
 
 
 def _job(*overrides):
-    return job_from_config(compose_cfg(["model=llama31_8b_instruct", "task=aime24", *overrides]))
+    return job_from_spec(check(compose_cfg(["model=llama31_8b_instruct", "task=aime24", *overrides]), offline=True))
 
 
 def test_rows_fill_the_budget_and_respect_gen_rows():
@@ -172,7 +173,8 @@ def test_a_step_adds_its_bandwidth_and_compute_time_and_reads_only_filled_kv():
     assert t["compute"] > 0.3 * t["bandwidth"]  # at 400 rows both matter
     assert step_seconds(ring, 400) == pytest.approx(t["bandwidth"] + t["compute"] + t["overhead"])
     assert read_slots(ring) == ring.slots  # a ring is full
-    full = job_from_config(compose_cfg(["model=r1_distill_llama_8b", "task=aime24", "compression=none"]))
+    full = job_from_spec(check(compose_cfg(["model=r1_distill_llama_8b", "task=aime24", "compression=none"]),
+                               offline=True))
     assert read_slots(full) < full.slots / 2  # the filled slots on average, not the 33k allocated
     assert read_slots(full, Device(reads_all_slots=True)) == full.slots
     assert step_seconds(full, 15) < step_seconds(full, 15, Device(reads_all_slots=True))

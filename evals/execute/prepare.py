@@ -127,10 +127,7 @@ def planned_rows(spec: RunSpec, device: str, measure: Callable[[], tuple[list[in
         return None, None
     if not spec.task.get("plan") and measure is not None:
         lengths, new = measure()
-        container = {**spec.resolved, "task": {**spec.resolved["task"], "plan": plan_block(lengths)},
-                     "gen": {**spec.resolved["gen"],
-                             "max_new_tokens": max(int(spec.resolved["gen"]["max_new_tokens"]), new)}}
-        job = job_from_spec(spec, resolved=container)
+        job = job_from_spec(spec, plan_block=plan_block(lengths), max_new_tokens=max(spec.gen.max_new_tokens, new))
         log.info("planner: task %s has no plan block: planned from its %d items' prompts (longest %d tokens)",
                  spec.task.name, len(lengths), max(lengths))
     else:

@@ -12,11 +12,11 @@ from evals.plan.job import (
     alias_of,
     check_fits,
     choose_rows,
-    job_from_config,
     job_from_spec,
+    job_of,
     peak_bytes,
     with_prompt,
 )
 
-__all__ = ["Job", "alias_of", "check_fits", "choose_rows", "job_from_config", "job_from_spec", "peak_bytes",
+__all__ = ["Job", "alias_of", "check_fits", "choose_rows", "job_from_spec", "job_of", "peak_bytes",
            "with_prompt"]

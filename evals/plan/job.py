@@ -24,7 +24,7 @@ from snapstream_core.methods.base import CompressionMethod
 if TYPE_CHECKING:  # the spec module reads OmegaConf; the planner imports without it
     from evals.config.spec import RunSpec
 
-__all__ = ["DEFAULT_MEMORY_GIB", "Job", "alias_of", "check_fits", "choose_rows", "job_from_config", "job_from_spec",
+__all__ = ["DEFAULT_MEMORY_GIB", "Job", "alias_of", "check_fits", "choose_rows", "job_of", "job_from_spec",
            "max_rows", "method_of", "peak_bytes", "peak_terms", "rows_without_planner", "with_prompt"]
 
 
@@ -88,34 +88,30 @@ def _geometry(method, T: int, G: int) -> dict[str, int]:
             "row_memory": tuple(method.row_memory(T, slots).items())}
 
 
-def job_from_spec(spec: RunSpec, max_prompt_tokens: int | None = None,
-                  resolved: Mapping[str, Any] | None = None) -> Job:
+def job_from_spec(spec: RunSpec, max_prompt_tokens: int | None = None, *, plan_block: Mapping[str, Any] | None = None,
+                  max_new_tokens: int | None = None) -> Job:
     """The job of one checked run, with the spec's method. ``max_prompt_tokens``: the longest prompt when known
-    (the runner, from its items); else the task's ``plan`` block gives it. ``resolved``: the spec's resolved config
-    with a ``plan`` block measured from the items (a task without one)."""
-    return _job(spec.resolved if resolved is None else resolved, spec.method, spec.compression_tag,
-                max_prompt_tokens)
+    (the runner, from its items); else the task's ``plan`` block gives it. ``plan_block`` (with ``max_new_tokens``):
+    a block measured from the items, for a task without one."""
+    task = spec.resolved["task"] if plan_block is None else {**spec.resolved["task"], "plan": dict(plan_block)}
+    return job_of(spec.resolved["model"], task, spec.method, tag=spec.compression_tag,
+                  max_new_tokens=spec.gen.max_new_tokens if max_new_tokens is None else max_new_tokens,
+                  n_samples=spec.gen.n_samples, rows_request=spec.gen.rows_request, memory_gib=spec.memory_gib,
+                  run_dir=spec.run_dir, out_root=spec.out_root, max_prompt_tokens=max_prompt_tokens)
 
 
-def job_from_config(resolved: Mapping[str, Any], max_prompt_tokens: int | None = None) -> Job:
-    """The job of a config without a full check (bench scripts and tests that plan a hand-made or composed config:
-    plain data, or an OmegaConf node resolved here); the method is built from ``compression``."""
-    if hasattr(resolved, "_metadata"):  # an OmegaConf node
-        from omegaconf import OmegaConf  # lazy: only this convenience reads an OmegaConf node
-
-        resolved = OmegaConf.to_container(resolved, resolve=True)
-    method = compression_from_config(dict(resolved["compression"]))
-    return _job(resolved, method, str(resolved["compression"].get("tag", method.method)), max_prompt_tokens)
-
-
-def _job(c: Mapping[str, Any], method: CompressionMethod, tag: str, max_prompt_tokens: int | None) -> Job:
-    model, task, gen = c["model"], c["task"], c["gen"]
+def job_of(model: Mapping[str, Any], task: Mapping[str, Any], method: CompressionMethod, *, tag: str,
+           max_new_tokens: int, n_samples: int, rows_request: int | None = None,
+           memory_gib: float = DEFAULT_MEMORY_GIB, run_dir: str = "", out_root: str = "",
+           max_prompt_tokens: int | None = None) -> Job:
+    """The job of ``method`` on a model node (``shape`` or a known architecture) and a task node with a ``plan``
+    block (:func:`job_from_spec` for a checked run; bench scripts give plain data)."""
     plan = task.get("plan")
     if not plan:
         raise ValueError(f"task.plan: task {task.get('name')} has no plan block (n_items, prompt_groups, "
                          "max_prompt_tokens, gen_fraction) for the planner")
     shape = shape_from_model(model)
-    G = int(gen["max_new_tokens"])
+    G = int(max_new_tokens)
     cut = task.get("max_len") or model.get("max_context") or shape.max_positions - G
     extra = int(plan.get("prompt_overhead", 0))
     groups = [(int(g["items"]), min(int(g["tokens"]) + extra, cut)) for g in plan["prompt_groups"]]
@@ -126,7 +122,6 @@ def _job(c: Mapping[str, Any], method: CompressionMethod, tag: str, max_prompt_t
         n_items = min(n_items, int(task["limit"]))
     fractions = plan.get("gen_fraction") or {}
     fraction = float(fractions.get(model.get("family"), fractions.get("default", 1.0)))
-    rows = gen.get("rows", "auto")
     return Job(
         model=str(model["name"]),
         family=str(model.get("family")),
@@ -135,17 +130,17 @@ def _job(c: Mapping[str, Any], method: CompressionMethod, tag: str, max_prompt_t
         knobs=tuple(method.knobs().items()),
         compression_tag=tag,
         n_items=n_items,
-        n_samples=int(gen["n_samples"]),
+        n_samples=int(n_samples),
         max_new_tokens=G,
         prompt_groups=tuple((n / n_group, t) for n, t in groups),
         max_prompt_tokens=T,
         gen_fraction=fraction,
         shape=shape,
         **_geometry(method, T, G),
-        rows_request=None if rows in (None, "auto") else rows,
-        memory_gib=float((c.get("plan") or {}).get("memory_gib", DEFAULT_MEMORY_GIB)),
-        run_dir=str(c.get("run_dir", "")),
-        out_root=str(c.get("out_root", "")),
+        rows_request=rows_request,
+        memory_gib=float(memory_gib),
+        run_dir=str(run_dir),
+        out_root=str(out_root),
         method=method,
     )
 
