@@ -10,6 +10,7 @@ task shares (``task.source``, ``task.path``, ``task.limit``) are read by :mod:`t
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -272,6 +273,22 @@ def require_fields(record: dict[str, Any], fields: tuple[str, ...], where: str) 
             raise ValueError(f"{where}: missing field '{name}'")
 
 
+DATA_ENV = "SNAPSTREAM_TASK_DATA"
+
+
+def data_root() -> Path:
+    """The folder of the bundled task data: ``tasks/data``, or a copy of it named by ``$SNAPSTREAM_TASK_DATA`` (a
+    seam for trying edited prompt files without touching the checkout; what the tasks read there is hashed into the
+    run identity by content, wherever it lies: :func:`evals.execute.code_identity.prompt_data`)."""
+    value = os.environ.get(DATA_ENV, "").strip()
+    if not value:
+        return Path(__file__).resolve().parent / "data"
+    root = Path(value).expanduser()
+    if not root.is_dir():
+        raise ValueError(f"${DATA_ENV}: not a folder: {value!r} (a copy of tasks/data, or unset)")
+    return root.resolve()
+
+
 def bundled_path(name: str) -> Path:
-    """Path of a file shipped in ``tasks/data``."""
-    return Path(__file__).resolve().parent / "data" / name
+    """Path of a file shipped in ``tasks/data`` (under :func:`data_root`)."""
+    return data_root() / name

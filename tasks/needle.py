@@ -42,6 +42,7 @@ PRIMARY_METRIC = "accuracy"
 REPORT_METRICS = ("accuracy", "key_prefix")  # evals.report: exact match beside the share of the key recovered
 HAYSTACK = "needle/paul_graham_essays.json"
 WORDS = "needle/words.json"
+PROMPT_FILES = (HAYSTACK, WORDS)  # read to build items and prompts: in the run identity by content
 NEEDLE = "The special magic {noun} is {key}."
 TEMPLATE = (
     "Some special magic {noun} is hidden within the following text. Make sure to memorize it. "

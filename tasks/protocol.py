@@ -64,6 +64,10 @@ OPTIONAL_HOOKS: dict[str, str] = {
     "GRADING_PACKAGES": "GRADING_PACKAGES: tuple[str, ...]: folders of the repository outside the task whose code "
                         "decides its verdicts (LiveCodeBench: 'sandbox'), hashed into the grading identity "
                         "(evals.execute.code_identity) with the task's own files. Without it: the task's files only.",
+    "PROMPT_FILES": "PROMPT_FILES: tuple[str, ...]: the files under tasks/data (names relative to it) that the task "
+                    "reads to build prompts besides its items (needle: the haystack and word lists; LongBench-v2: "
+                    "the official templates), hashed by content into the run identity, the sample cache's key and "
+                    "the generation identity (evals.execute.code_identity). Without it: none (the items carry all).",
     "protocol_name": "protocol_name(cfg) -> str: the grading protocol of the run, recorded in meta.json. Without "
                      "it: None (the task grades one way).",
     "per_problem": "per_problem(rows) -> DataFrame: a per-item table the report adds (AIME).",

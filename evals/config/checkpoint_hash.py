@@ -19,6 +19,7 @@ import hashlib
 import json
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,8 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth")
 NAMES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "tokenizer.model",
          "merges.txt", "special_tokens_map.json", "added_tokens.json", "chat_template.jinja", "chat_template.json",
          "model.safetensors.index.json", "pytorch_model.bin.index.json")
+TOKENIZER_NAMES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "merges.txt",
+                   "special_tokens_map.json", "added_tokens.json", "chat_template.jinja", "chat_template.json")
 MEMO = "file_sha256.json"
 BLOCK = 1 << 20
 
@@ -38,6 +41,12 @@ def decides_tokens(name: str) -> bool:
     """Whether a checkpoint file named ``name`` is part of its identity."""
     return (name in NAMES or name.endswith(WEIGHT_SUFFIXES) or name.startswith("vocab.")
             or name.endswith(".tiktoken"))
+
+
+def decides_tokenization(name: str) -> bool:
+    """Whether a checkpoint file named ``name`` is part of its tokenizer or chat template (what a random-weight model
+    built on that tokenizer reads of the folder)."""
+    return name in TOKENIZER_NAMES or name.startswith("vocab.") or name.endswith(".tiktoken")
 
 
 def stream_sha256(path: Path) -> str:
@@ -83,15 +92,16 @@ def _write_memo(path: Path, memo: dict[str, Any]) -> None:
         log.warning("%s: checkpoint hashes not remembered (%s)", path, exc)
 
 
-def checkpoint_sha256(root: Path, memo_dir: Path) -> str:
-    """The content identity of the checkpoint folder ``root`` (hex sha256), hashing only files whose stamp the
-    memo in ``memo_dir`` does not hold."""
+def checkpoint_sha256(root: Path, memo_dir: Path, include: Callable[[str], bool] = decides_tokens) -> str:
+    """The content identity of the checkpoint folder ``root`` (hex sha256) over its files whose name ``include``
+    accepts (default: every file that decides tokens), hashing only files whose stamp the memo in ``memo_dir`` does
+    not hold."""
     memo_path = memo_dir / MEMO
     memo = _read_memo(memo_path)
     changed = False
     parts = []
     for f in sorted(root.iterdir()):
-        if not decides_tokens(f.name) or not f.is_file():
+        if not include(f.name) or not f.is_file():
             continue
         real = os.path.realpath(f)
         stamp = _stamp(os.stat(real))

