@@ -78,15 +78,20 @@ class NeedleItem:
         return {"depth": round(self.depth, 2), "context_tokens": self.context_tokens, "key_kind": self.key_kind}
 
 
-@lru_cache(maxsize=1)
+@lru_cache(maxsize=4)
+def _bundled_json(path: str) -> dict[str, Any]:
+    """A bundled JSON file, read once per process and path (``tasks.base.data_root``: the checkout's or a copy)."""
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
 def haystack_text() -> str:
-    return json.loads(bundled_path(HAYSTACK).read_text(encoding="utf-8"))["text"]
+    return _bundled_json(str(bundled_path(HAYSTACK)))["text"]
 
 
-@lru_cache(maxsize=1)
 def word_lists() -> tuple[tuple[str, ...], tuple[str, ...]]:
     """``(adjectives, nouns)`` for ``words`` keys."""
-    data = json.loads(bundled_path(WORDS).read_text(encoding="utf-8"))
+    data = _bundled_json(str(bundled_path(WORDS)))
     return tuple(data["adjectives"]), tuple(data["nouns"])
 
 

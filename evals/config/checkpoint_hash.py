@@ -31,8 +31,6 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth")
 NAMES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "tokenizer.model",
          "merges.txt", "special_tokens_map.json", "added_tokens.json", "chat_template.jinja", "chat_template.json",
          "model.safetensors.index.json", "pytorch_model.bin.index.json")
-TOKENIZER_NAMES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "merges.txt",
-                   "special_tokens_map.json", "added_tokens.json", "chat_template.jinja", "chat_template.json")
 MEMO = "file_sha256.json"
 BLOCK = 1 << 20
 
@@ -44,9 +42,10 @@ def decides_tokens(name: str) -> bool:
 
 
 def decides_tokenization(name: str) -> bool:
-    """Whether a checkpoint file named ``name`` is part of its tokenizer or chat template (what a random-weight model
-    built on that tokenizer reads of the folder)."""
-    return name in TOKENIZER_NAMES or name.startswith("vocab.") or name.endswith(".tiktoken")
+    """Whether a checkpoint file named ``name`` is part of its identity and not a weight file: what a random-weight
+    model built on that folder's tokenizer reads of it (the tokenizer, chat template and configs: ``AutoTokenizer``
+    reads ``config.json`` for the tokenizer's class)."""
+    return decides_tokens(name) and not name.endswith(WEIGHT_SUFFIXES) and "index.json" not in name
 
 
 def stream_sha256(path: Path) -> str:

@@ -20,8 +20,9 @@ Each identity is a hash of a short dict of named parts, listed in one function e
   decide verdicts (:data:`GRADING_DISTRIBUTIONS`: math-verify and latex2sympy2_extended for AIME, lm-eval's tasks...).
 
 A row of the sample cache or of a resumed run directory is reused only under this process's generation identity,
-and re-graded when its grading identity differs (:mod:`evals.execute.loop`). The hashes are computed once per process
-and task (a few hundred KiB read); the grading setup once per run.
+and re-graded when its grading identity differs (:mod:`evals.execute.loop`). The source hashes are computed once per
+process and task (a few hundred KiB read), the prompt files at every call (about a millisecond); the grading setup
+once per run.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from evals.record.rundir import git_commit
-from tasks.base import bundled_path, data_root
+from tasks.base import bundled_path
 from tasks.protocol import hook
 
 REPO = Path(__file__).resolve().parents[2]
@@ -105,12 +106,7 @@ def versions(packages: tuple[str, ...]) -> dict[str, str | None]:
 def prompt_data(task: Any) -> dict[str, str]:
     """``{name: sha256}`` of the data files ``task`` reads to build prompts (its ``PROMPT_FILES`` hook, names under
     ``tasks/data`` or ``$SNAPSTREAM_TASK_DATA``), by content; ``{}`` for a task whose items carry everything.
-    Computed once per process, task and data folder."""
-    return _prompt_data(task, str(data_root()))
-
-
-@functools.lru_cache(maxsize=16)
-def _prompt_data(task: Any, root: str) -> dict[str, str]:
+    Read at every call (a few hundred KiB, about a millisecond): an edit is seen even within one process."""
     out = {}
     for name in hook(task, "PROMPT_FILES") or ():
         path = bundled_path(name)
@@ -121,16 +117,21 @@ def _prompt_data(task: Any, root: str) -> dict[str, str]:
     return out
 
 
+@functools.lru_cache(maxsize=16)
+def _generation_sources(task: Any) -> str:
+    files = [f for entry in GENERATION_SOURCES for f in _python_files(REPO / entry)] + _prompt_files(task)
+    return sources_sha256(files)
+
+
 def generation_parts(task: Any) -> dict[str, Any]:
     """Everything the generation identity of rows of ``task`` holds, by name (see the module docstring)."""
-    files = [f for entry in GENERATION_SOURCES for f in _python_files(REPO / entry)] + _prompt_files(task)
-    return {"sources": sources_sha256(files), "prompt_files": prompt_data(task),
+    return {"sources": _generation_sources(task), "prompt_files": prompt_data(task),
             "packages": versions(GENERATION_PACKAGES)}
 
 
-@functools.lru_cache(maxsize=16)
 def generation_id(task: Any) -> str:
-    """The generation identity of rows of ``task`` (16 hex digits), computed once per process and task."""
+    """The generation identity of rows of ``task`` (16 hex digits); the source hash is computed once per process and
+    task, the prompt files read at every call."""
     blob = json.dumps(generation_parts(task), sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -40,10 +40,16 @@ class Tokenizer(Protocol):
     def decode(self, ids: list[int], skip_special_tokens: bool = ...) -> str: ...
 
 
-@functools.cache
 def template(name: str) -> str:
     """The official template text, byte for byte (read as bytes: no newline translation, no trailing newline)."""
-    return bundled_path(f"longbench_v2/prompts/{name}").read_bytes().decode("utf-8")
+    return _read(str(bundled_path(f"longbench_v2/prompts/{name}")))
+
+
+@functools.cache
+def _read(path: str) -> str:
+    """A template file, read once per process and path (``tasks.base.data_root``: the checkout's or a copy)."""
+    with open(path, "rb") as fh:
+        return fh.read().decode("utf-8")
 
 
 def fill(template_text: str, item: Item, cot: str | None = None) -> str:
