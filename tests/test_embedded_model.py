@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -125,16 +124,21 @@ def _dead_pid() -> int:
 def test_a_stale_conversion_folder_of_a_dead_process_is_removed_a_live_one_kept(cache, caplog):
     dead, live = _dead_pid(), os.getpid()
     names = {"dead": f"{CONVERT_PREFIX}{_host()}-{dead}-abc", "live": f"{CONVERT_PREFIX}{_host()}-{live}-def",
-             "other_host": f"{CONVERT_PREFIX}not-{socket.gethostname()}-{dead}-ghi"}
+             "other_host": f"{CONVERT_PREFIX}not_{_host()}-{dead}-ghi",
+             "old_legacy": f"{CONVERT_PREFIX}k3j_9x2a", "new_legacy": f"{CONVERT_PREFIX}p0q1r2s3"}
     for name in names.values():
         (cache / name).mkdir()
         (cache / name / "model.safetensors").write_bytes(b"half")
+    two_hours_ago = time.time() - 7200
+    os.utime(cache / names["old_legacy"], (two_hours_ago, two_hours_ago))  # an earlier harness's, left long ago
     with caplog.at_level(logging.WARNING, logger="evals.config.embedded"):
         assert embedded_dir() == cache / EMBEDDED_DIR
-    assert not (cache / names["dead"]).exists()
-    assert (cache / names["live"]).exists() and (cache / names["other_host"]).exists()
+    gone = {label for label, name in names.items() if not (cache / name).exists()}
+    assert gone == {"dead", "old_legacy"}
     lines = [r.getMessage() for r in caplog.records if r.name == "evals.config.embedded"]
-    assert len(lines) == 1 and names["dead"] in lines[0] and "interrupted model conversion" in lines[0]
+    assert len(lines) == 2 and all("interrupted model conversion" in line for line in lines)
+    assert any(names["dead"] in line and f"process {dead} is gone" in line for line in lines)
+    assert any(names["old_legacy"] in line and "earlier harness" in line for line in lines)
 
 
 @pytest.mark.slow

