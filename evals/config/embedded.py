@@ -129,6 +129,14 @@ def embedded_dir() -> Path:
     return target
 
 
+def check_embedded_dir() -> None:
+    """Refuse (``ValueError``, one line) a converted folder that exists and cannot be trusted, without converting
+    (the sweep-wide check, before any job runs)."""
+    target = cache_root() / EMBEDDED_DIR
+    if os.path.lexists(target):
+        _refuse_untrusted(target)
+
+
 def _refuse_untrusted(target: Path) -> None:
     why = untrusted_folder(target)
     if why:

@@ -15,7 +15,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from evals.config.embedded import EMBEDDED_GGUF, cache_root, embedded_dir, embedded_gguf
+from evals.config.embedded import EMBEDDED_GGUF, cache_root, check_embedded_dir, embedded_dir, embedded_gguf
 
 __all__ = ["cache_root", "embedded_dir", "embedded_gguf", "load_model", "load_tokenizer", "weights_identity"]
 
@@ -41,6 +41,8 @@ def check_model_config(model_cfg: Any, reach: bool = True) -> None:
             raise ValueError(f"model.path: not a directory: {model_cfg.path!r}")
     elif source == "embedded":
         embedded_gguf()
+    if source in ("embedded", "random"):  # random: the converted folder's tokenizer
+        check_embedded_dir()
     elif source == "hub":
         if not model_cfg.hub_id:
             raise ValueError("model.hub_id: required with model.source=hub")
