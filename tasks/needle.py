@@ -78,20 +78,27 @@ class NeedleItem:
         return {"depth": round(self.depth, 2), "context_tokens": self.context_tokens, "key_kind": self.key_kind}
 
 
+def _bundled_json(name: str) -> dict[str, Any]:
+    """A bundled JSON file (under ``tasks.base.data_root``: the checkout's or a copy), read again only when its path,
+    size or mtime changed: what the run identity hashed is what builds the prompts, in a long-lived process too."""
+    path = bundled_path(name)
+    st = os.stat(path)
+    return _read_json(str(path), st.st_size, st.st_mtime_ns)
+
+
 @lru_cache(maxsize=4)
-def _bundled_json(path: str) -> dict[str, Any]:
-    """A bundled JSON file, read once per process and path (``tasks.base.data_root``: the checkout's or a copy)."""
+def _read_json(path: str, size: int, mtime_ns: int) -> dict[str, Any]:
     with open(path, encoding="utf-8") as fh:
         return json.load(fh)
 
 
 def haystack_text() -> str:
-    return _bundled_json(str(bundled_path(HAYSTACK)))["text"]
+    return _bundled_json(HAYSTACK)["text"]
 
 
 def word_lists() -> tuple[tuple[str, ...], tuple[str, ...]]:
     """``(adjectives, nouns)`` for ``words`` keys."""
-    data = _bundled_json(str(bundled_path(WORDS)))
+    data = _bundled_json(WORDS)
     return tuple(data["adjectives"]), tuple(data["nouns"])
 
 

@@ -25,6 +25,7 @@ from evals.execute.code_identity import (
     grading_parts,
 )
 from evals.execute.sample_cache import sample_key_base
+from evals.run import run
 from tasks.base import DATA_ENV, data_root
 from tasks.registry import get_task
 from tests.runner_utils import ROOT, compose_cfg
@@ -44,6 +45,10 @@ def data_copy(tmp_path, monkeypatch):
     return copy
 
 
+def rows(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+
+
 def keys(overrides: list[str]) -> tuple[str, str, str]:
     """(fingerprint, the sample cache's key, generation identity) of a planned run (no weights)."""
     p = plan(compose_cfg(overrides))
@@ -57,12 +62,34 @@ def test_editing_the_needle_haystack_changes_fingerprint_cache_key_and_generatio
     monkeypatch.delenv(DATA_ENV)
     assert keys(NEEDLE) == same  # the content is the identity, not the folder it lies in
     monkeypatch.setenv(DATA_ENV, str(data_copy))
-    haystack = data_copy / "needle" / "paul_graham_essays.json"
-    essays = json.loads(haystack.read_text(encoding="utf-8"))
-    essays["text"] = essays["text"].replace("the", "teh", 1)  # one word of the filler: other prompts, same items
-    haystack.write_text(json.dumps(essays), encoding="utf-8")
+    edit_haystack(data_copy)
     edited = keys(NEEDLE)
     assert all(a != b for a, b in zip(same, edited)), (same, edited)
+
+
+def edit_haystack(data: Path) -> None:
+    """Every "the" of the filler spelt "teh": the same length and spaces, so the same items (keys, depths, offsets),
+    other prompts."""
+    haystack = data / "needle" / "paul_graham_essays.json"
+    essays = json.loads(haystack.read_text(encoding="utf-8"))
+    essays["text"] = essays["text"].replace("the", "teh")
+    haystack.write_text(json.dumps(essays), encoding="utf-8")
+
+
+def test_an_edited_haystack_is_generated_again_never_served_from_old_rows(data_copy, tmp_path, monkeypatch):
+    """The defect as a user met it: the same command after an edit said "nothing to do" over the old rows, and a new
+    out_root sharing the sample cache served them (``cached_from``)."""
+    monkeypatch.setenv("SNAPSTREAM_SAMPLE_CACHE", str(tmp_path / "shared"))
+    command = [*NEEDLE, "compression=none"]
+    first = run(compose_cfg([*command, f"out_root={tmp_path / 'a'}"]))
+    edit_haystack(data_copy)
+    again = run(compose_cfg([*command, f"out_root={tmp_path / 'a'}"]))
+    other = run(compose_cfg([*command, f"out_root={tmp_path / 'b'}"]))
+    old, new = rows(first), rows(again)
+    assert again != first and [r["item_id"] for r in new] == [r["item_id"] for r in old]
+    assert not any("cached_from" in r for r in new)
+    assert all(a["prompt_hash"] != b["prompt_hash"] for a, b in zip(old, new))  # the edit reached the prompts
+    assert [r["cached_from"] for r in rows(other)] == [r["run_id"] for r in new]  # edited rows are reused as such
 
 
 def test_editing_a_longbench_template_changes_fingerprint_cache_key_and_generation_id(data_copy):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 from typing import Any, Protocol
 
 from tasks.base import Prompt, bundled_path
@@ -42,12 +43,15 @@ class Tokenizer(Protocol):
 
 def template(name: str) -> str:
     """The official template text, byte for byte (read as bytes: no newline translation, no trailing newline)."""
-    return _read(str(bundled_path(f"longbench_v2/prompts/{name}")))
+    path = bundled_path(f"longbench_v2/prompts/{name}")
+    st = os.stat(path)
+    return _read(str(path), st.st_size, st.st_mtime_ns)
 
 
-@functools.cache
-def _read(path: str) -> str:
-    """A template file, read once per process and path (``tasks.base.data_root``: the checkout's or a copy)."""
+@functools.lru_cache(maxsize=8)
+def _read(path: str, size: int, mtime_ns: int) -> str:
+    """A template file (under ``tasks.base.data_root``: the checkout's or a copy), read again only when its path,
+    size or mtime changed: what the run identity hashed is what builds the prompts, in a long-lived process too."""
     with open(path, "rb") as fh:
         return fh.read().decode("utf-8")
 
