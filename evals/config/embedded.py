@@ -106,7 +106,10 @@ def remove_stale_conversions(root: Path) -> list[Path]:
         return []
     removed = []
     for entry in sorted(root.glob(CONVERT_PREFIX + "*")):
-        st = os.lstat(entry)
+        try:
+            st = os.lstat(entry)
+        except FileNotFoundError:  # a concurrent conversion just renamed its temporary into place
+            continue
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or not (why := _stale(entry, st)):
             continue
         log.warning("%s: removed the leftover of an interrupted model conversion (%s)", entry, why)
