@@ -209,7 +209,6 @@ _LD_W_ABS, _JEQ_K, _JGE_K, _JSET_K, _RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
 _RET_ALLOW, _RET_ERRNO, _ENOSYS, _EPERM, _EAFNOSUPPORT = 0x7FFF0000, 0x00050000, 38, 1, 97
 _RET_KILL = 0x80000000  # SECCOMP_RET_KILL_PROCESS: a syscall of another architecture (int 0x80 on x86-64)
 _NR, _ARCH, _ARG0_LOW = 0, 4, 16  # offsets in struct seccomp_data (little-endian: the low word of args[0] first)
-_X32_BIT = 0x40000000
 _MAX_INSNS = 4096  # BPF_MAXINSNS: the kernel refuses a longer program
 
 
@@ -278,15 +277,14 @@ def _search(ranges: list[tuple[int, str]]) -> list[tuple[int, int, int, int]]:
 def filter_bytes(machine: str | None = None) -> bytes:
     """The filter for ``machine`` (default: this one), or ``b""`` where none is built.
 
-    Layout: check the architecture (else kill), load the syscall number, refuse x32 numbers (x86-64), then the
-    binary search of :func:`_search` over the ranges of :func:`answers`, each leaf its answer."""
+    Layout: check the architecture (else kill), load the syscall number, then the binary search of :func:`_search`
+    over the ranges of :func:`answers`, each leaf its answer (x32 numbers, 0x40000000 and up, fall in the last
+    range: ``ENOSYS``)."""
     machine = machine or platform.machine()
     if machine not in _AUDIT_ARCH:
         return b""
     prog = [(_LD_W_ABS, 0, 0, _ARCH), (_JEQ_K, 1, 0, _AUDIT_ARCH[machine]), (_RET_K, 0, 0, _RET_KILL),
             (_LD_W_ABS, 0, 0, _NR)]
-    if machine == "x86_64":
-        prog += [(_JGE_K, 0, 1, _X32_BIT), (_RET_K, 0, 0, _RET_ERRNO | _ENOSYS)]
     prog += _search(_ranges(answers(machine)))
     if len(prog) > _MAX_INSNS:
         raise ValueError(f"seccomp: {len(prog)} instructions, more than the kernel's {_MAX_INSNS}")
