@@ -7,7 +7,8 @@ keeps the expected outputs and only reads what the program produced. It imports 
   accounting unit: ``cgroup.py``; the system-call filter: ``seccomp.py``;
 * one run: ``run.py`` (``execute``: the job, the launch, the end), ``monitor.py`` (the phases and the loop),
   ``channel.py`` (reading the result channel), ``feed.py`` (feeding the inputs), ``clock.py`` (deadlines),
-  ``stderr_tail.py``, ``cleanup.py`` (killing what is left), ``proctree.py``; the knobs: ``limits.py``;
+  ``stderr_tail.py``, ``cleanup.py`` (killing what is left), ``proctree.py``, ``scratch.py`` (its folder on the host,
+  and those killed harnesses left); the knobs: ``limits.py``;
 * what runs inside: ``driver.py`` (one file, stdlib only: it is copied alone into each job folder and started as a
   script with the interpreter's own import path, never imported from the project there).
 

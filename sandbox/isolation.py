@@ -26,9 +26,13 @@ Two modes (``task.sandbox``):
 Both modes: each sandbox is one cgroup (:mod:`sandbox.cgroup`: CPU time, memory and tasks of every process in it,
 reaped or not; where none can be made, per-process limits and one warning), each phase of a program is timed on
 that CPU clock (:mod:`sandbox.clock`), the program starts on a fresh session keyring, its fd 2 is a pipe, and the
-seccomp filter refuses memory outside the limits (``memfd_create``, ``memfd_secret``, ``shmget``), keyrings, new
-user namespaces and the rest of Docker's default deny list (:mod:`sandbox.seccomp`); on machines other than x86-64
-and aarch64 no filter is built (``memory_counts_memfd_and_shm`` is then missing from the guarantees).
+seccomp filter is default-deny (:mod:`sandbox.seccomp`): only the calls of its allow-list reach the kernel, every
+other one fails with ``ENOSYS`` (memory outside the limits: ``memfd_create``, ``memfd_secret``, ``shmget``;
+keyrings; io_uring, AIO, landlock and every call added after the list) or, for the administrator's calls Docker
+refuses, ``EPERM``; new namespaces and rare socket families are refused too. On machines other than x86-64 and
+aarch64 no filter is built (``memory_counts_memfd_and_shm`` is then missing from the guarantees). The sandbox's
+folder on the host is named for the harness process, so that the next harness removes the folders a killed one
+left (:mod:`sandbox.scratch`).
 
 ``auto`` picks ``bwrap`` when a probe run succeeds and otherwise ``process``, with one loud warning.
 """

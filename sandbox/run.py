@@ -1,5 +1,6 @@
 """Run one graded program in its sandbox: write the job, launch the driver, serve it until the run ends
-(:mod:`sandbox.monitor`), kill everything it started and remove its temporary directory.
+(:mod:`sandbox.monitor`), kill everything it started and remove its temporary directory (named for this harness
+process: :mod:`sandbox.scratch`).
 
 The parent keeps the expected outputs and sends the tests' inputs on the driver's stdin one test ahead, a hidden
 test's input only once every public test has its result (a hidden input is never inside the sandbox while a public
@@ -14,11 +15,10 @@ import functools
 import json
 import os
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
-from sandbox import cgroup, seccomp
+from sandbox import cgroup, scratch, seccomp
 from sandbox.bwrap import WORK_DIR, bwrap_argv
 from sandbox.cleanup import remove_tree, terminate
 from sandbox.isolation import Isolation, interpreter_sys_path, release_uid, sandbox_env
@@ -81,8 +81,10 @@ def execute(iso: Isolation, kind: str, code: str, func_name: str | None, inputs:
     in order and returns False to stop there. ``protocol``: the program's I/O semantics (see ``driver.py``).
     ``inputs[:n_public]`` are public (shown in the prompt): the others reach the sandbox only after every public
     test has its result.
-    Raises :class:`SandboxError` when the sandbox cannot start."""
-    root = tempfile.mkdtemp(prefix="lcb-")
+    Raises :class:`SandboxError` when the sandbox cannot start. The first run of a harness process removes the
+    folders that killed harnesses left (:mod:`sandbox.scratch`)."""
+    scratch.sweep_once()
+    root = scratch.make_root()
     uid, unit = None, None
     try:
         uid = iso.new_uid()
