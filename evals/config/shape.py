@@ -110,3 +110,19 @@ def rope_of(model: Mapping[str, Any]) -> dict[str, Any]:
             out = {**out, **({"rope_theta": float(theta)} if theta is not None else {}),
                    "rope_type": rope.get("rope_type") or rope.get("type") or "default"}
     return out
+
+
+def positions_of(model: Mapping[str, Any]) -> int | None:
+    """The positions a resolved ``model`` node was trained for, read without weights and without the network: a
+    ``model.source=path`` folder's ``config.json`` (``max_position_embeddings``), else its shape block's
+    ``max_positions`` (as :func:`shape_from_model`); None when neither states it."""
+    value = (model.get("shape") or {}).get("max_positions")
+    if model.get("source") == "path" and model.get("path"):
+        config = Path(model["path"]) / "config.json"
+        if config.is_file():
+            value = json.loads(config.read_text()).get("max_position_embeddings", value)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"model.shape.max_positions: must be an integer >= 1, got {value!r}")
+    return value
