@@ -120,7 +120,12 @@ def positions_of(model: Mapping[str, Any]) -> int | None:
     if model.get("source") == "path" and model.get("path"):
         config = Path(model["path"]) / "config.json"
         if config.is_file():
-            value = json.loads(config.read_text()).get("max_position_embeddings", value)
+            try:
+                stated = json.loads(config.read_text())
+            except (ValueError, RecursionError, OSError):
+                raise ValueError(f"model.path: {config} is not a readable JSON config") from None
+            if isinstance(stated, dict):
+                value = stated.get("max_position_embeddings", value)
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
