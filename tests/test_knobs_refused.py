@@ -131,6 +131,13 @@ def test_a_knob_past_the_models_positions_is_refused_before_weights_load(overrid
                                     f"(model.shape.max_positions), got ")
 
 
+def test_the_positions_are_read_where_the_model_states_them():
+    """A random model is built from its ``arch``: its positions come from there, not from the planner's block."""
+    refused([*NEEDLE, "model.arch.max_position_embeddings=48", "compression=snapkv", "compression.prompt_budget=64",
+             "compression.window=16"], "compression.prompt_budget: must be at most 48, the positions of tiny_llama "
+                                       "(model.arch.max_position_embeddings), got 64")
+
+
 @pytest.mark.parametrize("given", ["compression.recent=9000", "compression.prompt_budget=9004"])
 def test_a_streaming_footprint_past_the_positions_names_both_knobs(given):
     refused([*SMOLLM2, "compression=streaming_llm", given], "compression.prompt_budget: the footprint sinks + recent "

@@ -96,9 +96,9 @@ def check(cfg: DictConfig, *, offline: bool = False) -> RunSpec:
             f"gen.batch_size: compression.ratio keeps a share of each prompt, which needs gen.batch_size=1 "
             f"(a left-padded batch shares one budget), got {gen.batch_size}"
         )
-    positions = positions_of(container["model"])
-    if positions is not None:  # a budget, ring or window past the model's positions: refused before weights load
-        method.check_context(positions, str(container["model"].get("name")))
+    stated = positions_of(container["model"])
+    if stated is not None:  # a budget, ring or window past the model's positions: refused before weights load
+        method.check_context(stated[0], f"{container['model'].get('name')} ({stated[1]})")
     traits = backend_traits(cfg.backend.name)
     if traits.loads_weights:
         check_model_config(cfg.model, reach=not offline)

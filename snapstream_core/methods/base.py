@@ -218,17 +218,18 @@ class CompressionMethod:
 
     def check_context(self, positions: int, model: str = "the model") -> None:
         """Refuse (``ValueError``, one line naming the field and the bound) a knob that counts more tokens than
-        ``model`` has ``positions``: a budget (past it every prompt, or the whole sequence, is kept: the full cache
-        under another name), a ring, a window, the sinks, the compaction interval, ExpectedAttention's future
-        positions (:data:`CONTEXT_KNOBS`). The config check calls it with the model's positions, read from its
-        config without weights, before anything loads. TriAttention's ``offset_max_length`` is left out: the
-        reference scores offsets up to 65,536 on any model, and they cost ``log2`` of it."""
+        ``model`` (its name and where its positions are stated) has ``positions``: a budget (past it every prompt,
+        or the whole sequence, is kept: the full cache under another name), a ring, a window, the sinks, the
+        compaction interval, ExpectedAttention's future positions (:data:`CONTEXT_KNOBS`). The config check calls
+        it with the model's positions, read from its config without weights, before anything loads.
+        TriAttention's ``offset_max_length`` is left out: the reference scores offsets up to 65,536 on any model,
+        and they cost ``log2`` of it."""
         knobs = self.knobs()
         for name in CONTEXT_KNOBS:
             value = knobs.get(name)
             if isinstance(value, int) and not isinstance(value, bool) and value > positions:
-                raise ValueError(f"compression.{name}: must be at most {positions:,}, the positions of {model} "
-                                 f"(model.shape.max_positions), got {value}")
+                raise ValueError(f"compression.{name}: must be at most {positions:,}, the positions of {model}, "
+                                 f"got {value}")
 
     def knobs(self) -> dict[str, Any]:
         """All knobs, with the method name first (for result rows)."""

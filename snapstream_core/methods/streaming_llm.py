@@ -66,8 +66,8 @@ class StreamingLLM(CompressionMethod):
         footprint = self.sinks + self.recent
         if footprint > positions:
             raise ValueError(f"compression.prompt_budget: the footprint sinks + recent ({self.sinks} + {self.recent} = "
-                             f"{footprint}) must be at most {positions:,}, the positions of {model} "
-                             "(model.shape.max_positions); lower compression.recent or compression.prompt_budget")
+                             f"{footprint}) must be at most {positions:,}, the positions of {model}; lower "
+                             "compression.recent or compression.prompt_budget")
 
     @property
     def ring(self) -> int:
