@@ -231,6 +231,7 @@ def save_stats(path: str | Path, q_mean: torch.Tensor, q_abs_mean: torch.Tensor,
     path = Path(path).expanduser()
     path.parent.mkdir(parents=True, exist_ok=True)
     save_file({k: v.detach().to("cpu", torch.float32).contiguous() for k, v in tensors.items()}, str(path), meta)
+    read_header(path)  # what the config check will read: the file as written, whole
     return path
 
 

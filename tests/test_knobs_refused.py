@@ -231,6 +231,20 @@ def test_statistics_that_are_not_finite_are_never_written(tmp_path):
     assert not (tmp_path / "x.safetensors").exists()
 
 
+def test_calibrate_refuses_a_reference_file_with_statistics_that_are_not_finite(tmp_path):
+    from evals.calibrate import from_reference, model_config
+
+    stats = {f"layer{layer:02d}_head{head:02d}": {"q_mean_real": torch.ones(8), "q_mean_imag": torch.zeros(8),
+                                                "q_abs_mean": torch.ones(8)} for layer in range(2) for head in range(4)}
+    stats["layer01_head02"]["q_mean_real"][5] = math.nan
+    meta = {"sampled_heads": [[layer, head] for layer in range(2) for head in range(4)], "head_dim": 16,
+            "rope_style": "half", "rope_type": "default"}
+    torch.save({"metadata": meta, "stats": stats}, tmp_path / "ref.pt")
+    with pytest.raises(ValueError, match=r"^q_mean: 1 values are not finite"):
+        from_reference(model_config("tiny_llama"), tmp_path / "ref.pt", tmp_path / "ours.safetensors")
+    assert not (tmp_path / "ours.safetensors").exists()
+
+
 def test_the_python_api_refuses_a_knob_the_method_does_not_read():
     with pytest.raises(ValueError, match=r"^compression\.prompt_budget: rkv does not read it; its budget is "
                                          r"compression\.budget"):
