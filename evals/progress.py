@@ -17,16 +17,19 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
+from omegaconf import OmegaConf
 
 from evals.config.spec import RunSpec
 from evals.plan.job import job_from_spec
 from evals.record.throughput import rate_text
+from snapstream_core.api import compression_from_config
 
 log = logging.getLogger("evals.sweep")
 
@@ -100,6 +103,37 @@ def _cost(res: dict[str, Any]) -> str:
     return "".join(f" · {p}" for p in parts)
 
 
+def _compression(config: Any) -> dict[str, Any] | None:
+    """The job's resolved ``compression`` node (None when it cannot be read here)."""
+    try:
+        return OmegaConf.to_container(config.compression, resolve=True)
+    except Exception:  # noqa: BLE001 - a label only: the job itself reported any config error
+        return None
+
+
+def job_label(overrides: list[str], swept: set[str], compression: Mapping[str, Any] | None) -> str:
+    """A job's line in the sweep table: its swept overrides (all of them when none is swept), less the
+    ``compression.*`` keys its method does not read (the full cache reads none, so ``compression=none
+    compression.prompt_budget=128`` is shown as ``compression=none``), plus the budget it ran at when that was not
+    swept (``compression=rkv compression.budget=512``): each line states the job's real budget."""
+    shown = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") in swept] or list(overrides)
+    if not compression:
+        return " ".join(shown)
+    try:
+        method = compression_from_config(compression)
+    except ValueError:
+        return " ".join(shown)
+    knobs = method.knobs()
+    keys = {o.split("=", 1)[0].lstrip("+~") for o in shown}
+    kept = [o for o in shown if not o.lstrip("+~").startswith("compression.")
+            or o.split("=", 1)[0].lstrip("+~").removeprefix("compression.") in knobs]
+    if method.compresses:
+        budget = method.budget_knob if knobs.get(method.budget_knob) is not None else "ratio"
+        if f"compression.{budget}" not in keys and knobs.get(budget) is not None:
+            kept.append(f"compression.{budget}={knobs[budget]}")
+    return " ".join(kept)
+
+
 class SweepProgress(Callback):
     """``on_job_end``: "job k of N done in 1:02 (task=…, compression=…): accuracy 83.3% [43.6, 97.0] (n=6) · ETA
     4:10"; ``on_multirun_end``: the table of every job's score."""
@@ -137,7 +171,7 @@ class SweepProgress(Callback):
         self.done += 1
         total = self.planned
         overrides = getattr(job_return, "overrides", None) or []
-        swept = " ".join(o for o in overrides if o.split("=", 1)[0].lstrip("+~") in self.swept) or " ".join(overrides)
+        swept = job_label(overrides, self.swept, _compression(config))
         res, status = None, "failed"
         try:
             value = job_return.return_value

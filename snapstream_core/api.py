@@ -23,10 +23,11 @@ _SAID: set[tuple[str, tuple[str, ...]]] = set()  # (method, ignored knobs) alrea
 def compression_from_config(cfg: Mapping[str, Any]) -> CompressionMethod:
     """Build the method dataclass from ``{"method": ..., **knobs}``.
 
-    ``None`` knobs take the method's default; knobs of other methods are not used, with a warning naming them
-    (``method=none`` uses none: the full cache, whatever the budget), so that one sweep can set a knob across
-    methods. Unknown methods, keys that are no method's knob (a misspelt name) and bad values raise ``ValueError``
-    naming the field.
+    ``None`` knobs take the method's default (every Hydra ``compression`` node carries every method's knob, null
+    unless given, so a non-null key is one the user set). A knob the method does not read is refused with one line
+    naming the method's own knob (:func:`not_read`), except by ``method=none``, which reads none and accepts any (the
+    full cache, whatever the budget, so that sweeps can include it; its rows and tag carry no knob). Unknown methods,
+    keys that are no method's knob (a misspelt name) and bad values raise ``ValueError`` naming the field.
     """
     cfg = {k: v for k, v in dict(cfg).items() if k not in NON_KNOBS and v is not None}
     name = cfg.pop("method", None)
@@ -41,15 +42,32 @@ def compression_from_config(cfg: Mapping[str, Any]) -> CompressionMethod:
     cls = METHODS[name]
     allowed = cls.field_names()
     ignored = sorted(k for k in cfg if k not in allowed)
+    if ignored and cls.budget_cap != "none":
+        raise ValueError(not_read(cls, ignored[0]))
     if ignored:
-        # Every Hydra `compression` node carries the same keys, so one sweep can set a knob for all methods; a knob
-        # the method does not have is said once (it is not in the run's tag, rows or fingerprint either).
         said = (name, tuple(ignored))
         if said not in _SAID:  # once per process: a sweep's check builds the method for every combination
             _SAID.add(said)
-            log.info("compression=%s has no knob %s: not used by this run", name,
+            log.info("compression=%s keeps the full cache: %s not used", name,
                      ", ".join(f"{k}={cfg[k]!r}" for k in ignored))
     return cls(**{k: v for k, v in cfg.items() if k in allowed})
+
+
+CAPS = {"prompt": "caps the prompt kept; decoded tokens are added beside it",
+        "cache": "caps the whole cache, decoded tokens included"}
+
+
+def not_read(cls: type[CompressionMethod], key: str) -> str:
+    """The one line refusing ``compression.<key>`` for a method that does not read it: the method's own budget knob
+    when ``key`` is another method's budget, else the methods that read ``key`` and the method's own knobs."""
+    own = [n for n in cls.field_names() if n != "positions"] + ["positions"]
+    budgets = {c.budget_knob for c in METHODS.values()}
+    if key in budgets or key == "ratio":
+        return (f"compression.{key}: {cls.method} does not read it; its budget is compression.{cls.budget_knob} "
+                f"({CAPS[cls.budget_cap]})")
+    readers = [m for m, c in METHODS.items() if key in c.field_names()]
+    return (f"compression.{key}: {cls.method} does not read it (a knob of {', '.join(readers)}); "
+            f"its knobs: {', '.join(own)}")
 
 
 def make_cache(model, method: CompressionMethod) -> CompressedCache:

@@ -108,10 +108,12 @@ def test_python_api_refuses_unknown_keys(key):
         compression_from_config({"method": "snapstream", key: 1})
 
 
-def test_python_api_still_ignores_other_methods_knobs():
-    """``compression=none,snapkv compression.prompt_budget=...`` sweeps set one knob for every method."""
+def test_python_api_refuses_other_methods_knobs_but_the_full_cache_takes_any():
+    """``compression=none,snapkv compression.prompt_budget=...`` sweeps set one knob for every method: the full cache
+    reads none and accepts any; a method refuses a knob it does not read (never runs at its default unsaid)."""
     assert compression_from_config({"method": "none", "prompt_budget": 64, "recent": 8}) == METHODS["none"]()
-    assert compression_from_config({"method": "snapkv", "recent": 8}).knobs()["prompt_budget"] == 1024
+    with pytest.raises(ValueError, match=r"^compression\.recent: snapkv does not read it"):
+        compression_from_config({"method": "snapkv", "recent": 8})
 
 
 @pytest.mark.parametrize("name", sorted(METHODS))

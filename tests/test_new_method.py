@@ -55,7 +55,8 @@ def test_a_registered_method_is_built_and_checked_by_the_python_api(registered):
     assert compression_from_config({"method": "keep_first", "first_k": 8}) == KeepFirst(first_k=8)
     with pytest.raises(ValueError, match="compression.first_k: must be an integer >= 1"):
         compression_from_config({"method": "keep_first", "first_k": 0})
-    assert compression_from_config({"method": "snapkv", "first_k": 8}).method == "snapkv"  # other methods ignore it
+    with pytest.raises(ValueError, match=r"^compression\.first_k: snapkv does not read it \(a knob of keep_first\)"):
+        compression_from_config({"method": "snapkv", "first_k": 8})  # another method refuses it in one line
 
 
 def test_unregistered_knob_is_refused(monkeypatch):
@@ -96,8 +97,13 @@ def test_it_shows_up_in_the_hydra_group(registered):
     assert "keep_first" in options("compression")
     cfg = compose_cfg([*TINY, "compression=keep_first", "compression.first_k=12"]).compression
     assert cfg.tag == "keep_first-fk12-original" and cfg.first_k == 12 and cfg.prompt_budget is None
-    # the new knob is a key of every method's node: one sweep sets it for all (the others ignore it)
-    assert validate(["-m", *TINY, "compression=snapstream,keep_first", "compression.first_k=12"]) == []
+    # the new knob is a key of every method's node: one sweep may set it for the full cache (which reads no knob) and
+    # the new method; any other method refuses it, naming the job
+    assert validate(["-m", *TINY, "compression=none,keep_first", "compression.first_k=12"]) == []
+    assert validate(["-m", *TINY, "compression=snapstream,keep_first", "compression.first_k=12"]) == [
+        "compression=snapstream: compression.first_k: snapstream does not read it (a knob of keep_first); its knobs: "
+        "prompt_budget, window, kernel, pooling, gqa_agg, sinks, ratio, recent, positions"
+    ]
     assert validate([*TINY, "compression=keep_first", "compression.frist_k=3"]) == [
         "compression.frist_k: no such key (did you mean compression.first_k?) (`python -m evals.run --cfg job` "
         "prints every key and its value)"

@@ -3,7 +3,9 @@ is a ``compression=<name>`` option, with its knobs, defaults and run tag generat
 
 ``conf/compression/<name>.yaml`` is optional (documentation of a method's knobs; ``tests/test_conf_defaults.py``
 checks it equals what is generated here). Each file pulls in :data:`KNOBS_NODE` (every knob of every method, null),
-so one sweep can set a knob for all methods and a new method's knob needs no edit in the files of the others.
+so one sweep can set a knob for every method that reads it (a non-null key a method lacks was set by the user and
+is refused, ``snapstream_core.api.compression_from_config``; the full cache accepts any) and a new method's knob
+needs no edit in the files of the others.
 Methods without a file are stored in Hydra's ``ConfigStore`` (as the structured configs of
 ``hydra/core/config_store.py`` and lightning-hydra-template's ``configs/``): call :func:`register_methods` before
 composing (``evals/run.py``, ``evals/cli.py``). Nothing happens at import.

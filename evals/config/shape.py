@@ -110,3 +110,28 @@ def rope_of(model: Mapping[str, Any]) -> dict[str, Any]:
             out = {**out, **({"rope_theta": float(theta)} if theta is not None else {}),
                    "rope_type": rope.get("rope_type") or rope.get("type") or "default"}
     return out
+
+
+def positions_of(model: Mapping[str, Any]) -> tuple[int, str] | None:
+    """``(positions, where it is stated)`` of a resolved ``model`` node, read without weights and without the
+    network: a ``model.source=path`` folder's ``config.json`` (``max_position_embeddings``), a ``model.source=random``
+    model's ``arch`` (what it is built from), else its shape block's ``max_positions`` (as :func:`shape_from_model`);
+    None when none states it."""
+    value, where = (model.get("shape") or {}).get("max_positions"), "model.shape.max_positions"
+    arch = model.get("arch") or {}
+    if model.get("source") == "random" and "max_position_embeddings" in arch:
+        value, where = arch["max_position_embeddings"], "model.arch.max_position_embeddings"
+    if model.get("source") == "path" and model.get("path"):
+        config = Path(model["path"]) / "config.json"
+        if config.is_file():
+            try:
+                stated = json.loads(config.read_text())
+            except (ValueError, RecursionError, OSError):
+                raise ValueError(f"model.path: {config} is not a readable JSON config") from None
+            if isinstance(stated, dict) and "max_position_embeddings" in stated:
+                value, where = stated["max_position_embeddings"], f"max_position_embeddings of {config}"
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{where}: must be an integer >= 1, got {value!r}")
+    return value, where

@@ -20,7 +20,7 @@ from evals.config.defaults import DEFAULT_MEMORY_GIB
 from evals.config.gen import GenSettings, gen_settings
 from evals.config.models import check_model_config
 from evals.config.registry import backend_traits
-from evals.config.shape import rope_of, shape_from_model
+from evals.config.shape import positions_of, rope_of, shape_from_model
 from snapstream_core.api import compression_from_config
 from snapstream_core.methods.base import CompressionMethod
 from snapstream_core.sampling import SamplingConfig
@@ -96,6 +96,9 @@ def check(cfg: DictConfig, *, offline: bool = False) -> RunSpec:
             f"gen.batch_size: compression.ratio keeps a share of each prompt, which needs gen.batch_size=1 "
             f"(a left-padded batch shares one budget), got {gen.batch_size}"
         )
+    stated = positions_of(container["model"])
+    if stated is not None:  # a budget, ring or window past the model's positions: refused before weights load
+        method.check_context(stated[0], f"{container['model'].get('name')} ({stated[1]})")
     traits = backend_traits(cfg.backend.name)
     if traits.loads_weights:
         check_model_config(cfg.model, reach=not offline)

@@ -25,7 +25,7 @@ def main(argv: list[str]) -> int:
     from evals.plan.table import render, write_csv
     from evals.plan.unfit import unfit_lines
 
-    logging.getLogger("snapstream_core.api").setLevel(logging.ERROR)  # "none has no knob ...": said by evals.run
+    logging.getLogger("snapstream_core.api").setLevel(logging.ERROR)  # "none keeps the full cache: ... not used"
     try:
         composed = compose_jobs(argv)
         jobs = []

@@ -13,6 +13,9 @@ POSITIONS = ("original", "in_cache")
 BUDGET_CAPS = ("none", "prompt", "cache")  # what a method's budget bounds (CompressionMethod.budget_cap)
 POOLINGS = ("max", "avg")
 GQA_AGGS = ("mean", "max")
+MAX_TOKENS = 1 << 24  # 16,777,216: the most any token-count knob may be without a model (none has more positions)
+# Knobs that count tokens of one sequence, bounded by the model's positions (CompressionMethod.check_context).
+CONTEXT_KNOBS = ("prompt_budget", "budget", "recent", "window", "sinks", "interval", "n_future")
 TAG = "tag"  # field metadata key: the knob's prefix in the run tag (``field(metadata={TAG: "cr"})``)
 
 
@@ -213,6 +216,21 @@ class CompressionMethod:
         ``shape``: ``n_layers, n_heads, n_kv_heads, head_dim`` and, when the model's config states them,
         ``rope_theta``, ``rope_type``."""
 
+    def check_context(self, positions: int, model: str = "the model") -> None:
+        """Refuse (``ValueError``, one line naming the field and the bound) a knob that counts more tokens than
+        ``model`` (its name and where its positions are stated) has ``positions``: a budget (past it every prompt,
+        or the whole sequence, is kept: the full cache under another name), a ring, a window, the sinks, the
+        compaction interval, ExpectedAttention's future positions (:data:`CONTEXT_KNOBS`). The config check calls
+        it with the model's positions, read from its config without weights, before anything loads.
+        TriAttention's ``offset_max_length`` is left out: the reference scores offsets up to 65,536 on any model,
+        and they cost ``log2`` of it."""
+        knobs = self.knobs()
+        for name in CONTEXT_KNOBS:
+            value = knobs.get(name)
+            if isinstance(value, int) and not isinstance(value, bool) and value > positions:
+                raise ValueError(f"compression.{name}: must be at most {positions:,}, the positions of {model}, "
+                                 f"got {value}")
+
     def knobs(self) -> dict[str, Any]:
         """All knobs, with the method name first (for result rows)."""
         return {"method": self.method, **asdict(self)}
@@ -243,9 +261,20 @@ class CompressionMethod:
         return cls(**{k: v for k, v in knobs.items() if k in names})
 
 
-def check_positive(name: str, value: int, minimum: int = 1) -> None:
+def check_positive(name: str, value: int, minimum: int = 1, maximum: int = MAX_TOKENS) -> None:
+    """Refuse (one line naming the field and the bound) a knob that is not an integer in ``[minimum, maximum]``: a
+    float, NaN, inf or bool, or a count of tokens past :data:`MAX_TOKENS` (the model-free bound; the model's own
+    context is checked by :meth:`CompressionMethod.check_context` before weights load)."""
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise ValueError(f"compression.{name}: must be an integer >= {minimum}, got {value!r}")
+    check_at_most(name, value, maximum)
+
+
+def check_at_most(name: str, value: int, maximum: int = MAX_TOKENS) -> None:
+    if value > maximum:
+        shown = str(value) if len(str(value)) <= 24 else f"about 10**{len(str(value)) - 1}"
+        raise ValueError(f"compression.{name}: must be at most {maximum:,} (tokens: no model has more positions), "
+                         f"got {shown}")
 
 
 def resolve_prompt_budget(method: CompressionMethod, default: int) -> None:

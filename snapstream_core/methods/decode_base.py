@@ -24,7 +24,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from snapstream_core.methods.base import CompressionMethod, PrefillView, Selection, check_positive
+from snapstream_core.methods.base import (
+    CompressionMethod,
+    PrefillView,
+    Selection,
+    check_at_most,
+    check_positive,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -80,6 +86,7 @@ class DecodeMethod(CompressionMethod):
         super().__post_init__()
         if not isinstance(self.interval, int) or isinstance(self.interval, bool) or self.interval <= 0:
             raise ValueError(f"compression.interval: must be an integer > 0, got {self.interval!r}")
+        check_at_most("interval", self.interval)
         check_positive("window", self.window)
         check_positive("budget", self.budget)
         if self.budget <= self.window:

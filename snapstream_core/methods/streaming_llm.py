@@ -60,6 +60,15 @@ class StreamingLLM(CompressionMethod):
         sinks = knobs.get("sinks", cls.sinks)
         return cls(sinks=sinks, recent=knobs["prompt_budget"] + knobs["recent"] - sinks)
 
+    def check_context(self, positions: int, model: str = "the model") -> None:
+        """The footprint ``sinks + recent`` (what ``prompt_budget`` sets) at most the model's ``positions``: one line
+        naming both knobs, whichever of ``recent`` and ``prompt_budget`` was given."""
+        footprint = self.sinks + self.recent
+        if footprint > positions:
+            raise ValueError(f"compression.prompt_budget: the footprint sinks + recent ({self.sinks} + {self.recent} = "
+                             f"{footprint}) must be at most {positions:,}, the positions of {model}; lower "
+                             "compression.recent or compression.prompt_budget")
+
     @property
     def ring(self) -> int:
         return self.recent

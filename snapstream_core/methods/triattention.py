@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from snapstream_core.methods.base import TAG, CompressionMethod, check_positive
+from snapstream_core.methods.base import TAG, CompressionMethod, check_at_most, check_positive
 from snapstream_core.methods.decode_base import CompactView, DecodeMethod
 
 if TYPE_CHECKING:
@@ -62,6 +62,7 @@ class TriAttention(DecodeMethod):
         CompressionMethod.__post_init__(self)  # DecodeMethod's checks but for window: TriAttention protects none
         if not isinstance(self.interval, int) or isinstance(self.interval, bool) or self.interval <= 0:
             raise ValueError(f"compression.interval: must be an integer > 0, got {self.interval!r}")
+        check_at_most("interval", self.interval)
         check_positive("window", self.window, minimum=0)
         check_positive("budget", self.budget, minimum=self.window + 1)
         check_positive("offset_max_length", self.offset_max_length)
