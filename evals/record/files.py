@@ -2,8 +2,8 @@
 forever), a device, a socket or a folder is named in one line before anything is read, and JSON nested deeper than
 any file of ours is (a ``meta.json`` of ``[[[[...`` exhausts Python's recursion) is refused in one line too.
 
-Every error is a ``ValueError`` whose text starts with the path; :func:`why_not_regular` says the same without
-raising, for callers that skip the file."""
+Every error is a :class:`NotReadable` (a ``ValueError``: ``<path>: <why>``); :func:`why_not_regular` says the same
+without raising, for callers that skip the file."""
 
 from __future__ import annotations
 
@@ -16,6 +16,14 @@ from typing import Any
 # Deeper than any meta.json, results.json or config of this harness (about 6 levels), far below Python's recursion
 # limit (json.loads recurses once per level)
 MAX_JSON_DEPTH = 64
+
+
+class NotReadable(ValueError):
+    """A file that cannot be read as what it should be: ``str()`` is ``<path>: <why>``, one line."""
+
+    def __init__(self, path: object, why: str) -> None:
+        super().__init__(f"{path}: {why}")
+        self.path, self.why = path, why
 
 
 def kind(mode: int) -> str:
@@ -56,16 +64,16 @@ def read_regular(path: Path) -> bytes:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
-        raise ValueError(f"{path}: {exc.strerror or type(exc).__name__}") from None
+        raise NotReadable(path, exc.strerror or type(exc).__name__) from None
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
-        raise ValueError(f"{path}: {kind(mode)}, not a regular file")
+        raise NotReadable(path, f"{kind(mode)}, not a regular file")
     with os.fdopen(fd, "rb") as fh:
         try:
             return fh.read()
         except OSError as exc:
-            raise ValueError(f"{path}: {exc.strerror or type(exc).__name__}") from None
+            raise NotReadable(path, exc.strerror or type(exc).__name__) from None
 
 
 def json_depth(value: Any) -> int:
@@ -89,12 +97,12 @@ def loads(data: bytes | str, where: object) -> Any:
     try:
         value = json.loads(data)
     except RecursionError:
-        raise ValueError(f"{where}: JSON nested too deeply (more than {MAX_JSON_DEPTH} levels)") from None
+        raise NotReadable(where, f"JSON nested too deeply (more than {MAX_JSON_DEPTH} levels)") from None
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
-        raise ValueError(f"{where}: not JSON ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") \
+        raise NotReadable(where, f"not JSON ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") \
             from None
     if json_depth(value) > MAX_JSON_DEPTH:
-        raise ValueError(f"{where}: JSON nested too deeply (more than {MAX_JSON_DEPTH} levels)")
+        raise NotReadable(where, f"JSON nested too deeply (more than {MAX_JSON_DEPTH} levels)")
     return value
 
 

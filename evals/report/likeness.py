@@ -18,12 +18,13 @@ grader (:func:`unlike` with ``generation=False``).
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
-from evals.record.files import read_regular
+from evals.record.files import NotReadable, read_regular
 
 DEFAULT_BACKEND = "hf"  # rows written before the backend column existed
 NOT_RECORDED = "not recorded"  # rows written before the identity columns existed
@@ -51,19 +52,17 @@ def _distinct(rows: pd.DataFrame, column: str, missing: str) -> tuple[str, ...]:
 
 def run_code(run_dir: str | Path) -> RunCode:
     """:class:`RunCode` of the run's ``samples.csv`` (no rows, or no file: not recorded, backend ``hf``);
-    ``ValueError`` naming the file when it is not a regular file or not a CSV table."""
+    :class:`~evals.record.files.NotReadable` naming the file when it is not a regular file or not a CSV table."""
     path = Path(run_dir) / "samples.csv"
     if not path.exists():
         return RunCode((NOT_RECORDED,), (NOT_RECORDED,), (DEFAULT_BACKEND,))
-    import io
-
     data = read_regular(path)
     try:
         rows = pd.read_csv(io.BytesIO(data), usecols=lambda c: c in ("generation_id", "grading_id", "backend"),
                            dtype=str) if data.strip() else pd.DataFrame()
     except (ValueError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path}: not a CSV table ({str(exc).strip().splitlines()[0] if str(exc).strip() else ''})"
-                         ) from None
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise NotReadable(path, f"not a CSV table ({first})") from None
     if rows.empty:
         return RunCode((NOT_RECORDED,), (NOT_RECORDED,), (DEFAULT_BACKEND,))
     return RunCode(_distinct(rows, "generation_id", NOT_RECORDED), _distinct(rows, "grading_id", NOT_RECORDED),

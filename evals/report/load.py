@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from evals.record.files import read_json, read_regular, why_not_regular
+from evals.record.files import NotReadable, read_json, read_regular, why_not_regular
 from evals.report.likeness import run_code
 from evals.report.likeness import text as id_text
 
@@ -44,7 +44,7 @@ def read_meta(run_dir: Path) -> dict:
         return {}
     meta = read_json(path)
     if not isinstance(meta, dict):
-        raise ValueError(f"{path}: not a JSON object")
+        raise NotReadable(path, "not a JSON object")
     return meta
 
 
@@ -167,10 +167,10 @@ def collect(root: Path) -> pd.DataFrame:
             samples = path.parent / "samples.csv"
             why = why_not_regular(samples)
             if why:
-                raise ValueError(f"{samples}: {why}")
+                raise NotReadable(samples, why)
             code = run_code(path.parent)
-        except ValueError as exc:
-            log.warning("%s: skipped (%s)", path, exc)
+        except NotReadable as exc:  # the file named, the run left out
+            log.warning("%s: skipped (%s)", exc.path, exc.why)
             continue
         rel = path.parent.relative_to(root).as_posix()
         frame["run"] = rel if rel != "." else root.name
