@@ -97,11 +97,12 @@ def test_a_huge_finite_value_is_left_out_like_an_infinity(tmp_path, caplog, row,
         "group all))"]
 
 
-NAME = "evil\n<script>alert(1)</script> # [x](http://e.test) *b* |"
+NAME = "evil\n<script>alert(1)</script> # [x](http://e.test) *b* | $\\frac{$"  # "$...$": TeX to matplotlib
 
 
 def test_names_in_headings_and_tables_stay_text(tmp_path):
-    """A model name with a newline and ``<script>`` went raw into report.md's headings."""
+    """A model name with a newline and ``<script>`` went raw into report.md's headings (and one with ``$...$``
+    stopped the report: matplotlib read it as TeX)."""
     for run in RUNS:
         run_dir = _write(tmp_path, run)
         frame = pd.read_csv(run_dir / "summary.csv")
@@ -112,9 +113,10 @@ def test_names_in_headings_and_tables_stay_text(tmp_path):
     assert "<script>" not in text and "evil\n" not in text
     assert not [line for line in text.splitlines() if re.search(r"(?<!\\)\]\(", line) and not line.startswith("![")]
     headings = [line for line in text.splitlines() if line.startswith("## ") and "evil" in line]
-    assert headings and all(
-        "evil &lt;script&gt;alert(1)&lt;/script&gt; \\# \\[x\\](http://e.test) \\*b\\* \\|" in h for h in headings)
+    heading = "evil &lt;script&gt;alert(1)&lt;/script&gt; \\# \\[x\\](http://e.test) \\*b\\* \\| $\\\\frac{$"
+    assert headings and all(heading in h for h in headings)
     rows = [line for line in text.splitlines() if line.startswith("|") and "evil" in line]
-    assert rows and all("evil &lt;script&gt;alert(1)&lt;/script&gt; # [x]\\(http://e.test) *b* \\|" in r
+    assert rows and all("evil &lt;script&gt;alert(1)&lt;/script&gt; # [x]\\(http://e.test) *b* \\| $\\\\frac{$" in r
                         for r in rows)
     assert "<script>" not in (tmp_path / "report.html").read_text()
+    assert len(list((tmp_path / "plots").glob("*.png"))) == 2

@@ -153,6 +153,11 @@ def plot(out_root: Path, title: str, steps: list[Step], max_loss: float, alpha: 
     import matplotlib
 
     matplotlib.use("Agg")
+    with matplotlib.rc_context({"text.parse_math": False}):  # a "$" in a name is text, never TeX math
+        return _draw(out_root, title, steps, tested, max_loss, alpha)
+
+
+def _draw(out_root: Path, title: str, steps: list[Step], tested: list[Step], max_loss: float, alpha: float) -> Path:
     import matplotlib.pyplot as plt
 
     ref = tested[0].measured.reference
