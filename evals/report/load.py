@@ -31,9 +31,9 @@ log = logging.getLogger(__name__)
 UNCERTAINTY = ("stderr", "ci_lo", "ci_hi")
 COUNTS = ("n", "prompt_budget")  # never negative
 REQUIRED = ("model", "task", "method", "metric", "value")  # what every table of the report reads
-# A value this large is no measurement, and the arithmetic of a table or plot (a mean, a band, a log axis, x 100)
-# takes it past the largest float: it is left out as an infinity is
-TOO_LARGE = 1e300
+# A value this large is no measurement, and the arithmetic of a table or plot (a mean, a band, a log axis, x 100:
+# 1e299 on a log axis overflowed) takes it past the largest float: it is left out as an infinity is
+TOO_LARGE = 1e100
 
 
 def read_meta(run_dir: Path) -> dict:
@@ -113,7 +113,7 @@ def read_summary(path: Path) -> pd.DataFrame | str:
 
 def bad_numbers(frame: pd.DataFrame) -> str:
     """Why a summary's numbers cannot be a run's, naming the column (empty when they can): an infinity, or a finite
-    value beyond :data:`TOO_LARGE` (``1e308``: no table, band or axis can hold it), in any numeric column, a count
+    value beyond :data:`TOO_LARGE` (no measurement: a log axis overflowed from 1e299), in any numeric column, a count
     (:data:`COUNTS`) that is negative or not a number, a ``value`` that is not a number, or
     a headline (the task's primary metric, group ``all``) that is NaN. Other NaNs are what a summary holds where a
     value does not exist (a standard error of one item, a rate of an empty group)."""
