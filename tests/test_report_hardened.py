@@ -120,3 +120,15 @@ def test_names_in_headings_and_tables_stay_text(tmp_path):
                         for r in rows)
     assert "<script>" not in (tmp_path / "report.html").read_text()
     assert len(list((tmp_path / "plots").glob("*.png"))) == 2
+
+
+def test_a_huge_token_count_in_samples_csv_is_left_out_with_one_line(tmp_path, caplog):
+    """``gen_tokens=1e308`` made the change in generated tokens ``inf`` in report.md."""
+    from evals.report.paired import item_data
+
+    pd.DataFrame({"item_id": ["a", "a", "b"], "correct": [True, False, True],
+                  "gen_tokens": [10, 1e308, 30]}).to_csv(tmp_path / "samples.csv", index=False)
+    data = item_data(tmp_path)
+    assert data.gen.to_dict() == {"a": 10.0, "b": 30.0}
+    assert caplog.messages == [f"{tmp_path / 'samples.csv'}: column gen_tokens: 1 values infinite or beyond 1e+100 "
+                               "left out of the change in generated tokens (first: 1e+308)"]

@@ -33,6 +33,7 @@ import pandas as pd
 from evals.analysis.power import mde_80
 from evals.analysis.stats import paired_bootstrap
 from evals.report.likeness import unlike
+from evals.report.load import TOO_LARGE
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +73,13 @@ def item_data(run_dir: str | Path, scale: float = 1.0) -> ItemData | None:
     score = rows["correct"].map(_truth).groupby(ids, sort=True).mean() * scale
     acted = (rows["compressed"].map(lambda v: bool(_truth(v))) if "compressed" in rows.columns
              else pd.Series(False, index=rows.index)).groupby(ids, sort=True).any()
-    gen = (pd.to_numeric(rows["gen_tokens"], errors="coerce") if "gen_tokens" in rows.columns
-           else pd.Series(math.nan, index=rows.index)).groupby(ids, sort=True).mean()
+    tokens = (pd.to_numeric(rows["gen_tokens"], errors="coerce") if "gen_tokens" in rows.columns
+              else pd.Series(math.nan, index=rows.index))
+    huge = ~tokens.abs().le(TOO_LARGE) & tokens.notna()  # inf, or no count of tokens: left out, one line
+    if huge.any():
+        log.warning("%s: column gen_tokens: %d values infinite or beyond %g left out of the change in generated "
+                    "tokens (first: %g)", path, int(huge.sum()), TOO_LARGE, tokens[huge].iloc[0])
+    gen = tokens.where(~huge).groupby(ids, sort=True).mean()
     return ItemData(score, acted, gen)
 
 
