@@ -114,7 +114,7 @@ def test_report_writes_markdown_html_and_plots_and_prints_headline(tmp_path, cap
     report, head = write_report(tmp_path)
     assert len(head) == len(RUNS) and set(head["value"]) == {100.0, 0.0, 50.0, 25.0}
     text = report.read_text()
-    assert "## needle · m: accuracy (%), [95% CI] (n items)" in text and "nan" not in text
+    assert "## needle · m: accuracy (%), \\[95% CI\\] (n items)" in text and "nan" not in text  # [ ] escaped
     assert "**Pipeline check.** 4 of 4 runs have fewer than 20 items: needle (4 runs at n=4)" in text
     titles = {"frontier": "accuracy vs KV memory held", "budget": "accuracy vs prompt budget"}
     for kind in ("frontier", "budget"):

@@ -90,7 +90,7 @@ def test_report_sections_show_the_references(tmp_path):
                    "value": 31.0, "n": 503, "stderr": 2.0, "ci_lo": 27.0, "ci_hi": 35.0, "unit": "%",
                    "run_id": "x", "fingerprint": "f"}]).to_csv(run / "summary.csv", index=False)
     (run / "meta.json").write_text(json.dumps({"identity": {"task": {"name": "longbench_v2", "cot": False}}}))
-    _summary, _head, tables, _deltas = _sections(tmp_path)
+    _summary, _head, tables, *_ = _sections(tmp_path)
     title, table = tables[0]
     assert title.startswith("Published references")
     row = table[table["published"].str.startswith("30.0 [")].iloc[0]

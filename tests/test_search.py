@@ -4,6 +4,7 @@ search.csv as evals.report gives it), its fixed sequence on made-up measurements
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -205,3 +206,62 @@ def test_concurrent_searches_all_keep_their_rows(tmp_path):
     assert all(p.exitcode == 0 for p in procs)
     table = pd.read_csv(tmp_path / "search.csv")
     assert len(table) == 4 * 40 and sorted(table["max_loss"].unique()) == [1.0, 2.0, 3.0, 4.0]
+
+
+def _special(path: Path, kind: str) -> None:
+    if kind == "folder":
+        path.mkdir()
+    elif kind == "link":
+        path.symlink_to(path.parent / "elsewhere")
+    else:
+        os.mkfifo(path)
+
+
+@pytest.mark.parametrize("name,kind,why", [
+    (".search.csv.lock", "link", "a symbolic link, not a regular file"),
+    (".search.csv.lock", "folder", "a folder, not a regular file"),
+    ("search.csv", "folder", "a folder, not a regular file"),
+    ("search.csv", "fifo", "a FIFO, not a regular file"),
+    ("search.csv", "link", "a symbolic link, not a regular file"),
+])
+def test_a_special_file_at_search_csv_or_its_lock_is_one_line(tmp_path, name, kind, why):
+    """A linked or folder lock, or a folder search.csv, was a traceback after every budget had run."""
+    from evals.search.output import record, write_csv
+
+    _special(tmp_path / name, kind)
+    with pytest.raises(ValueError) as err:
+        write_csv(tmp_path, _search_rows(2.0))
+    assert str(err.value) == f"{tmp_path / name}: {why}; the search writes only a regular file there (remove it)"
+    assert not (tmp_path / "elsewhere").exists()  # nothing written through the link
+    said: list[str] = []
+    record(tmp_path, "needle · m · snapkv", _search_rows(2.0), [], 2.0, 0.05, said.append)  # never raises
+    assert said == [f"search: needle · m · snapkv: search.csv not written: {err.value}"]
+
+
+def test_an_empty_search_csv_is_named_and_this_search_keeps_its_rows(tmp_path, caplog):
+    from evals.search.output import write_csv
+
+    (tmp_path / "search.csv").write_bytes(b"")
+    write_csv(tmp_path, _search_rows(2.0))
+    assert len(pd.read_csv(tmp_path / "search.csv")) == 2
+    assert caplog.messages == [f"{tmp_path / 'search.csv'}: empty; read as holding no earlier search"]
+
+
+def test_a_search_csv_that_is_not_a_table_is_left_as_it_is(tmp_path):
+    from evals.search.output import write_csv
+
+    (tmp_path / "search.csv").write_bytes(b'a,b\n"x,1\n')
+    with pytest.raises(ValueError, match=r"search.csv: not a CSV table \(.*\); left as it is"):
+        write_csv(tmp_path, _search_rows(2.0))
+    assert (tmp_path / "search.csv").read_bytes() == b'a,b\n"x,1\n'
+
+
+def test_the_answer_line_is_printed_when_search_csv_cannot_be_written(tmp_path, capsys):
+    (tmp_path / "search.csv").mkdir()
+    args = [*ARGS, "task.n_items=6", f"out_root={tmp_path}", "search.max_loss=10", "search.budgets=[128]"]
+    assert main(args) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[-1].startswith("no tested budget is shown safe: the largest, 128, has Δ +0 [n.m.] points on 6 items")
+    assert f"search: needle · tiny_llama · snapkv: search.csv not written: {tmp_path / 'search.csv'}: a folder, " \
+           "not a regular file; the search writes only a regular file there (remove it)" in out
+    assert (tmp_path / "plots/search__needle__tiny_llama__snapkv.png").stat().st_size > 0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import fcntl
-import json
 import logging
 import os
 import platform
@@ -159,9 +158,11 @@ def check_resumable(run_dir: Path, fp: str, identity: dict[str, Any]) -> None:
 
 def read_meta(path: Path) -> dict[str, Any] | None:
     """A run's ``meta.json`` as a dict; None when it cannot be read or is not a JSON object."""
+    from evals.record.files import read_json
+
     try:
-        meta = json.loads(path.read_bytes())
-    except (OSError, ValueError, RecursionError):
+        meta = read_json(path)  # never waits on a FIFO, never recurses without bound
+    except ValueError:
         return None
     return meta if isinstance(meta, dict) else None
 

@@ -2,8 +2,9 @@
 ``report.html`` (self-contained: figures embedded as base64 PNG) and ``plots/``.
 
 One run directory is one line of a plot and one row or cell of a table: runs are never merged, whatever knob tells
-them apart (:func:`evals.report.tables.assign_labels`). Parts: :mod:`.load` (reading runs), :mod:`.paired` (Δ vs
-the full cache), :mod:`.tables`, :mod:`.plots`, :mod:`.render` (markdown and HTML).
+them apart (:func:`evals.report.tables.assign_labels`). Parts: :mod:`.load` (reading runs), :mod:`.likeness`
+(which code made and graded a run: never a Δ across two), :mod:`.paired` (Δ vs the full cache), :mod:`.engines` (two
+backends' full cache side by side), :mod:`.tables`, :mod:`.plots`, :mod:`.render` (markdown and HTML).
 """
 
 from __future__ import annotations

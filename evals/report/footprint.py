@@ -10,11 +10,13 @@ layer and KV head (``snapstream_core.methods``), times the bytes one entry costs
 
 from __future__ import annotations
 
-import json
+import io
 import math
 from pathlib import Path
 
 import pandas as pd
+
+from evals.record.files import read_regular
 
 MIB = 1024 * 1024
 
@@ -29,9 +31,11 @@ def _bytes_per_entry(rows: pd.DataFrame) -> float:
 
 
 def _run_info(run_dir: Path) -> tuple[dict, int | None, pd.DataFrame] | None:
+    from evals.report.load import run_meta
+
+    meta = run_meta(run_dir)
     try:
-        meta = json.loads((run_dir / "meta.json").read_text(encoding="utf-8"))
-        rows = pd.read_csv(run_dir / "samples.csv")
+        rows = pd.read_csv(io.BytesIO(read_regular(run_dir / "samples.csv")))
     except (OSError, ValueError):
         return None
     knobs = meta.get("identity", {}).get("compression")

@@ -17,34 +17,63 @@ import hashlib
 import io
 import json
 import logging
-import os
-import stat
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from evals.record.files import NotReadable, read_json, read_regular, why_not_regular
+from evals.report.likeness import run_code
+from evals.report.likeness import text as id_text
 
 log = logging.getLogger(__name__)
 
 UNCERTAINTY = ("stderr", "ci_lo", "ci_hi")
 COUNTS = ("n", "prompt_budget")  # never negative
 REQUIRED = ("model", "task", "method", "metric", "value")  # what every table of the report reads
+# A value this large is no measurement, and the arithmetic of a table or plot (a mean, a band, a log axis, x 100:
+# 1e299 on a log axis overflowed) takes it past the largest float: it is left out as an infinity is
+TOO_LARGE = 1e100
 
 
-def _meta(run_dir: Path) -> dict:
-    try:
-        return json.loads((run_dir / "meta.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+def read_meta(run_dir: Path) -> dict:
+    """The run's ``meta.json`` as a dict; ``{}`` when there is none; ``ValueError`` naming the file when it is not
+    a regular file, not JSON, nested too deeply (:mod:`evals.record.files`) or not a JSON object."""
+    path = Path(run_dir) / "meta.json"
+    if not path.exists() and not path.is_symlink():
         return {}
+    meta = read_json(path)
+    if not isinstance(meta, dict):
+        raise NotReadable(path, "not a JSON object")
+    return meta
+
+
+def run_meta(run_dir: Path) -> dict:
+    """:func:`read_meta`, ``{}`` where it cannot be read (:func:`collect` has already left such a run out, with one
+    line)."""
+    try:
+        return read_meta(run_dir)
+    except ValueError:
+        return {}
+
+
+def _key(meta: dict, leave_out: tuple[str, ...]) -> str | None:
+    identity = meta.get("identity")
+    if not isinstance(identity, dict):
+        return None
+    rest = {k: v for k, v in identity.items() if k not in leave_out}
+    return hashlib.sha256(json.dumps(rest, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def pair_key(meta: dict) -> str | None:
     """A hash of the identity in ``meta.json`` less its ``compression``; None when there is no identity."""
-    identity = meta.get("identity")
-    if not isinstance(identity, dict):
-        return None
-    rest = {k: v for k, v in identity.items() if k != "compression"}
-    return hashlib.sha256(json.dumps(rest, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return _key(meta, ("compression",))
+
+
+def engine_key(meta: dict) -> str | None:
+    """A hash of the identity less its ``compression`` and ``backend``: what the full cache of two engines shares
+    (same model, task and data, sampling) when they are compared (:mod:`evals.report.engines`)."""
+    return _key(meta, ("compression", "backend"))
 
 
 def _relative(run_dir: str | None, root: Path) -> str | None:
@@ -65,19 +94,9 @@ def read_summary(path: Path) -> pd.DataFrame | str:
     or a socket of that name is not a file; an empty file, one that is not a CSV table or that lacks a column of
     :data:`REQUIRED` is not a run's summary."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError as exc:
-        return exc.strerror or type(exc).__name__
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a device"
-        return f"{kind}, not a regular file"
-    with os.fdopen(fd, "rb") as fh:
-        try:
-            data = fh.read()
-        except OSError as exc:
-            return exc.strerror or type(exc).__name__
+        data = read_regular(path)
+    except ValueError as exc:
+        return str(exc).removeprefix(f"{path}: ")
     if not data.strip():
         return "empty"
     try:
@@ -93,8 +112,9 @@ def read_summary(path: Path) -> pd.DataFrame | str:
 
 
 def bad_numbers(frame: pd.DataFrame) -> str:
-    """Why a summary's numbers cannot be a run's, naming the column (empty when they can): an infinity in any
-    numeric column, a count (:data:`COUNTS`) that is negative or not a number, a ``value`` that is not a number, or
+    """Why a summary's numbers cannot be a run's, naming the column (empty when they can): an infinity, or a finite
+    value beyond :data:`TOO_LARGE` (no measurement: a log axis overflowed from 1e299), in any numeric column, a count
+    (:data:`COUNTS`) that is negative or not a number, a ``value`` that is not a number, or
     a headline (the task's primary metric, group ``all``) that is NaN. Other NaNs are what a summary holds where a
     value does not exist (a standard error of one item, a rate of an empty group)."""
     from evals.report.tables import primary_metric
@@ -107,7 +127,8 @@ def bad_numbers(frame: pd.DataFrame) -> str:
         text = raw[num.isna() & raw.notna()]
         if len(text):
             return f"column {col}: not a number ({str(text.iloc[0])[:40]!r}{_where(frame, text.index[0])})"
-        for what, hit in (("infinite", np.isinf(num)), ("negative", (num < 0) if col in COUNTS else None)):
+        for what, hit in (("infinite", np.isinf(num)), ("too large", np.isfinite(num) & (num.abs() > TOO_LARGE)),
+                          ("negative", (num < 0) if col in COUNTS else None)):
             if hit is not None and hit.any():
                 first = hit[hit].index[0]
                 return f"column {col}: {what} ({num[first]:g}{_where(frame, first)})"
@@ -126,8 +147,12 @@ def _where(frame: pd.DataFrame, index) -> str:
 
 
 def collect(root: Path) -> pd.DataFrame:
-    """All summary rows under ``root`` (a run directory or a tree of them); a ``summary.csv`` that cannot be read
-    (:func:`read_summary`) is skipped with one warning naming it."""
+    """All summary rows under ``root`` (a run directory or a tree of them); a run whose ``summary.csv`` cannot be
+    read (:func:`read_summary`), whose ``meta.json`` cannot (:func:`read_meta`) or whose ``samples.csv`` is not a
+    regular file or not a table is skipped with one warning naming the file.
+
+    Each row gets its run's ``backend``, ``generation_id`` and ``grading_id`` (from its rows,
+    :mod:`evals.report.likeness`; several joined by `` + ``) and ``engine_key`` (:func:`engine_key`)."""
     files = sorted(p for p in root.rglob("summary.csv") if p.name == "summary.csv")
     if not files:
         raise ValueError(f"DIR: no summary.csv under {root}")
@@ -137,12 +162,25 @@ def collect(root: Path) -> pd.DataFrame:
         if isinstance(frame, str):
             log.warning("%s: skipped (%s)", path, frame)
             continue
-        meta = _meta(path.parent)
+        try:
+            meta = read_meta(path.parent)
+            samples = path.parent / "samples.csv"
+            why = why_not_regular(samples)
+            if why:
+                raise NotReadable(samples, why)
+            code = run_code(path.parent)
+        except NotReadable as exc:  # the file named, the run left out
+            log.warning("%s: skipped (%s)", exc.path, exc.why)
+            continue
         rel = path.parent.relative_to(root).as_posix()
         frame["run"] = rel if rel != "." else root.name
         if "fingerprint" not in frame.columns:
             frame["fingerprint"] = meta.get("fingerprint")
         frame["pair_key"] = pair_key(meta)
+        frame["engine_key"] = engine_key(meta)
+        frame["backend"] = id_text(code.backend)
+        frame["generation_id"] = id_text(code.generation)
+        frame["grading_id"] = id_text(code.grading)
         frame["same_as"] = _relative(meta.get("same_as"), root)
         frame["run_dir"] = str(path.parent)
         task = meta.get("identity", {}).get("task") if isinstance(meta.get("identity"), dict) else None
@@ -230,7 +268,7 @@ def identities(summary: pd.DataFrame) -> dict[str, dict]:
     """``run -> identity`` (``meta.json``'s) for every run of ``summary`` that has one."""
     out = {}
     for run, run_dir in summary[["run", "run_dir"]].drop_duplicates().itertuples(index=False):
-        identity = _meta(Path(run_dir)).get("identity")
+        identity = run_meta(Path(run_dir)).get("identity")
         if isinstance(identity, dict):
             out[str(run)] = identity
     return out

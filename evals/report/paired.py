@@ -5,7 +5,9 @@ rates), which is the headline metric of needle and LongBench-v2 (accuracy) and o
 Rows marked ``skipped`` (LongBench-v2 ``task.protocol=drop_empty``) leave the item's mean, and an item with only
 skipped rows leaves the pairing, as they leave the headline. The reference is the ``method=none`` run with the same
 ``pair_key`` (same model, task and data, sampling and backend; :mod:`evals.report.load`) and the same task
-configuration; runs without a ``meta.json`` fall back to the only ``none`` run of their (model, task, config).
+configuration and backend; runs without a ``meta.json`` fall back to the only ``none`` run of their (model, task,
+config, backend). A run and its reference made or graded by different code (:mod:`evals.report.likeness`) are not
+paired: one line names both identities (logged, and given to ``notes`` for report.md).
 
 One basis per row: ``value_paired``, ``reference_paired`` and ``delta`` are all on the ``n_paired`` items both runs
 scored; ``n_run`` and ``n_reference`` are each run's own items, and ``subset`` flags a pairing on fewer items than
@@ -30,6 +32,8 @@ import pandas as pd
 
 from evals.analysis.power import mde_80
 from evals.analysis.stats import paired_bootstrap
+from evals.report.likeness import unlike
+from evals.report.load import TOO_LARGE
 
 log = logging.getLogger(__name__)
 
@@ -69,8 +73,13 @@ def item_data(run_dir: str | Path, scale: float = 1.0) -> ItemData | None:
     score = rows["correct"].map(_truth).groupby(ids, sort=True).mean() * scale
     acted = (rows["compressed"].map(lambda v: bool(_truth(v))) if "compressed" in rows.columns
              else pd.Series(False, index=rows.index)).groupby(ids, sort=True).any()
-    gen = (pd.to_numeric(rows["gen_tokens"], errors="coerce") if "gen_tokens" in rows.columns
-           else pd.Series(math.nan, index=rows.index)).groupby(ids, sort=True).mean()
+    tokens = (pd.to_numeric(rows["gen_tokens"], errors="coerce") if "gen_tokens" in rows.columns
+              else pd.Series(math.nan, index=rows.index))
+    huge = ~tokens.abs().le(TOO_LARGE) & tokens.notna()  # inf, or no count of tokens: left out, one line
+    if huge.any():
+        log.warning("%s: column gen_tokens: %d values infinite or beyond %g left out of the change in generated "
+                    "tokens (first: %g)", path, int(huge.sum()), TOO_LARGE, tokens[huge].iloc[0])
+    gen = tokens.where(~huge).groupby(ids, sort=True).mean()
     return ItemData(score, acted, gen)
 
 
@@ -90,6 +99,8 @@ def _reference(run: pd.Series, nones: pd.DataFrame) -> pd.Series | None:
     same = nones[(nones["model"] == run["model"]) & (nones["task"] == run["task"])]
     if "task_config" in nones.columns:
         same = same[same["task_config"].fillna("") == (run.get("task_config") or "")]
+    if "backend" in nones.columns:  # a method's Δ is against the full cache of its own engine
+        same = same[same["backend"] == run.get("backend")]
     if isinstance(run.get("pair_key"), str):
         same = same[same["pair_key"] == run["pair_key"]]
     elif len(same) != 1:
@@ -97,28 +108,52 @@ def _reference(run: pd.Series, nones: pd.DataFrame) -> pd.Series | None:
     return same.sort_values("run").iloc[0] if len(same) else None
 
 
-def paired_deltas(head: pd.DataFrame, *, iters: int = 1000, seed: int = 0) -> pd.DataFrame:
-    """One row per compressed run of ``head`` (see :func:`evals.report.tables.headline`) that has a reference."""
+class ItemCache:
+    """:func:`item_data` of each run of a headline frame, read once."""
+
+    def __init__(self) -> None:
+        self._data: dict[str, ItemData | None] = {}
+
+    def __call__(self, run: pd.Series) -> ItemData | None:
+        if run["run"] not in self._data:
+            self._data[run["run"]] = item_data(run["run_dir"], 100.0 if run["unit"] in ("%", "percent") else 1.0)
+        return self._data[run["run"]]
+
+
+def common_items(run: pd.Series, ref: pd.Series, data: ItemCache) -> tuple[ItemData, ItemData, pd.Index] | None:
+    """``(reference's items, run's items, the item ids both scored)``; None when one has no rows or they share no
+    item (one line)."""
+    a, b = data(ref), data(run)
+    if a is None or b is None:
+        return None
+    common = a.score.index.intersection(b.score.index)
+    if len(common) == 0:
+        log.warning("report: %s and %s share no items; no paired delta", run["run"], ref["run"])
+        return None
+    return a, b, common
+
+
+def paired_deltas(head: pd.DataFrame, *, iters: int = 1000, seed: int = 0,
+                  notes: list[str] | None = None) -> pd.DataFrame:
+    """One row per compressed run of ``head`` (see :func:`evals.report.tables.headline`) that has a reference made
+    and graded by the same code; each pair left out for its code is one warning, also appended to ``notes``."""
     nones = head[head["method"] == "none"]
-    cache: dict[str, ItemData | None] = {}
-
-    def data(run: pd.Series) -> ItemData | None:
-        if run["run"] not in cache:
-            cache[run["run"]] = item_data(run["run_dir"], 100.0 if run["unit"] in ("%", "percent") else 1.0)
-        return cache[run["run"]]
-
+    data = ItemCache()
     out = []
     for _, run in head[head["method"] != "none"].iterrows():
         ref = _reference(run, nones)
         if ref is None:
             continue
-        a, b = data(ref), data(run)
-        if a is None or b is None:
+        why = unlike(run, ref)
+        if why:
+            log.warning("report: %s", why)
+            if notes is not None:
+                notes.append(why)
             continue
-        common = a.score.index.intersection(b.score.index)
-        if len(common) == 0:
-            log.warning("report: %s and %s share no items; no paired delta", run["run"], ref["run"])
+        found = common_items(run, ref, data)
+        if found is None:
             continue
+        a, b, common = found
         x, y = a.score[common].to_numpy(), b.score[common].to_numpy()
         res = paired_bootstrap(x, y, iters=iters, seed=seed)
         acted = common[b.acted.reindex(common, fill_value=False).to_numpy(dtype=bool)]

@@ -188,10 +188,12 @@ def plot(head: pd.DataFrame, out_dir: Path) -> list[Path]:
 
     output_folder(out_dir)
     paths = []
-    for (task, config, model), frame in with_config(head).groupby(["task", "task_config", "model"], sort=False):
-        name = file_part(task) + (f"~{file_part(config)}" if config else "")
-        for kind, draw in (("frontier", frontier), ("budget", by_budget)):
-            path = draw(frame, out_dir / f"{kind}__{name}__{file_part(model)}.png", plt)
-            if path is not None:
-                paths.append(path)
+    # names from the runs are text: a "$" in a model or method name is never read as TeX math (an error)
+    with matplotlib.rc_context({"text.parse_math": False}):
+        for (task, config, model), frame in with_config(head).groupby(["task", "task_config", "model"], sort=False):
+            name = file_part(task) + (f"~{file_part(config)}" if config else "")
+            for kind, draw in (("frontier", frontier), ("budget", by_budget)):
+                path = draw(frame, out_dir / f"{kind}__{name}__{file_part(model)}.png", plt)
+                if path is not None:
+                    paths.append(path)
     return paths

@@ -4,14 +4,15 @@ beside the benchmark's own size."""
 
 from __future__ import annotations
 
-import json
+import io
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from evals.analysis.power import ALPHA, POWER, SAMPLES, exact_items_needed, items_needed, variance_parts
-from evals.report.load import collect
+from evals.record.files import read_regular
+from evals.report.load import collect, run_meta
 from evals.report.paired import correct_values, paired_deltas
 from evals.report.tables import headline
 
@@ -20,7 +21,8 @@ def _pilot_diffs(run_dir: str, ref_dir: str, scale: float) -> np.ndarray | None:
     """``(n, k)`` per-sample differences of two runs over the items and sample indices both scored fully."""
     frames = []
     for d in (ref_dir, run_dir):
-        rows = pd.read_csv(Path(d) / "samples.csv", usecols=["item_id", "sample_idx", "correct"])
+        data = io.BytesIO(read_regular(Path(d) / "samples.csv"))
+        rows = pd.read_csv(data, usecols=["item_id", "sample_idx", "correct"])
         rows["score"] = correct_values(rows["correct"]) * scale
         frames.append(rows.assign(item_id=rows["item_id"].astype(str)).set_index(["item_id", "sample_idx"])["score"])
     both = pd.concat(frames, axis=1, keys=["a", "b"], join="inner")
@@ -67,7 +69,6 @@ def power_table(root: Path, margin: float, alpha: float = ALPHA, power: float = 
 def benchmark_size(run_dir: str) -> int | None:
     """The benchmark's item count (``task.plan.n_items`` of the run's config, the full set), if known."""
     try:
-        meta = json.loads((Path(run_dir) / "meta.json").read_text())
-        return int(meta["config"]["task"]["plan"]["n_items"])
+        return int(run_meta(Path(run_dir))["config"]["task"]["plan"]["n_items"])
     except (OSError, ValueError, KeyError, TypeError):
         return None

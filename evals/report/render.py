@@ -13,7 +13,8 @@ import pandas as pd
 
 from evals.analysis.stats import SMALL_N
 from evals.record.rundir import os_error_line
-from evals.report.escape import md_cell
+from evals.report.engines import engine_deltas, engine_table
+from evals.report.escape import md_cell, md_text
 from evals.report.footprint import inversion_notes, kv_at_max_new
 from evals.report.load import collect, identities
 from evals.report.output import Batch
@@ -44,10 +45,34 @@ UNITS_NOTE = ("Units: rates (accuracy, pass@k, cons@n, answered, key_prefix, sha
 DELTAS_COLUMNS = ["model", "task", "task_config", "method", "label", "budget", "metric", "unit", "value",
                   "reference", "delta", "ci_low", "ci_high", "p_value", "n_items", "n_run", "n_reference", "subset",
                   "meaningful", "n_acted", "value_acted", "reference_acted", "delta_acted",
-                  "gen_tokens_change", "mde_80"]
+                  "gen_tokens_change", "mde_80", "comparison", "run", "reference_run"]
+UNLIKE_TITLE = "Not compared: made or graded by different code"
+UNLIKE_NOTE = ("A Δ compares two runs only when the same code generated and graded both (each row's generation_id "
+               "and grading_id); these pairs are left out of every Δ, and their values stand alone in the tables.")
+ENGINES_TITLE = ("Engines side by side (full cache): an engine comparison, other backend − hf, paired on the same "
+                 "items; its generating code differs by design, so it is not a method's Δ")
 
 
-def deltas_table(head: pd.DataFrame, deltas: pd.DataFrame) -> pd.DataFrame:
+def engine_rows(head: pd.DataFrame, engines: pd.DataFrame) -> list[dict]:
+    """``deltas.csv`` rows of the engine comparison (:mod:`evals.report.engines`): ``comparison`` is
+    ``engine: <backend> − <backend>``, ``method`` the full cache's."""
+    values = head.set_index("run")
+    rows = []
+    for _, e in engines.iterrows():
+        run = values.loc[e["run"]]
+        rows.append({"model": run["model"], "task": run["task"], "task_config": run.get("task_config", ""),
+                     "method": run["method"], "label": run["label"], "budget": run["prompt_budget"],
+                     "metric": run["metric"], "unit": run["unit"], "value": e["value_paired"],
+                     "reference": e["reference_paired"], "delta": e["delta"], "ci_low": e["delta_ci_lo"],
+                     "ci_high": e["delta_ci_hi"], "p_value": e["p_value"], "n_items": int(e["n_paired"]),
+                     "n_run": int(e["n_run"]), "n_reference": int(e["n_reference"]), "subset": bool(e["subset"]),
+                     "meaningful": bool(e["n_paired"] >= SMALL_N),
+                     "comparison": f"engine: {e['backend']} − {e['ref_backend']}", "run": e["run"],
+                     "reference_run": e["reference"]})
+    return rows
+
+
+def deltas_table(head: pd.DataFrame, deltas: pd.DataFrame, engines: pd.DataFrame | None = None) -> pd.DataFrame:
     """``deltas.csv``: one row per compressed run with a full-cache reference, i.e. per (model, task, task
     configuration, method, budget, metric) of the headline. ``value``, ``reference`` and Δ (with its paired 95%
     interval and sign-flip p-value) are on the same ``n_items`` paired items; ``n_run`` and ``n_reference`` are
@@ -55,8 +80,11 @@ def deltas_table(head: pd.DataFrame, deltas: pd.DataFrame) -> pd.DataFrame:
     ``delta_acted`` is Δ on the ``n_acted`` items where the method dropped a token (``value_acted`` and
     ``reference_acted`` the two runs' scores on them); ``gen_tokens_change`` the mean
     generated tokens per item, run − full cache; ``mde_80`` the smallest true difference the comparison
-    detects with 80% power (:func:`evals.analysis.power.mde_80`)."""
-    if deltas.empty:
+    detects with 80% power (:func:`evals.analysis.power.mde_80`); ``comparison`` is ``method`` (run − its
+    full cache) or, for the rows of ``engines``, ``engine: vllm − hf`` (:func:`engine_rows`); ``run`` and
+    ``reference_run`` the two run directories."""
+    extra = engine_rows(head, engines) if engines is not None and len(engines) else []
+    if deltas.empty and not extra:
         return pd.DataFrame(columns=DELTAS_COLUMNS)
     values = head.set_index("run")
     rows = []
@@ -71,8 +99,8 @@ def deltas_table(head: pd.DataFrame, deltas: pd.DataFrame) -> pd.DataFrame:
                      "meaningful": bool(d["n_paired"] >= SMALL_N), "n_acted": int(d["n_acted"]),
                      "value_acted": d["value_acted"], "reference_acted": d["reference_acted"],
                      "delta_acted": d["delta_acted"], "gen_tokens_change": d["gen_tokens_change"],
-                     "mde_80": d["mde_80"]})
-    return pd.DataFrame(rows, columns=DELTAS_COLUMNS)
+                     "mde_80": d["mde_80"], "comparison": "method", "run": d["run"], "reference_run": d["reference"]})
+    return pd.DataFrame(rows + extra, columns=DELTAS_COLUMNS)
 
 
 def _runs_by_n(ns: pd.Series) -> str:
@@ -117,15 +145,20 @@ def _per_problem_tables(head: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
 
 
 def _sections(root: Path):
-    """``(summary, head, [(title, table)], plots)``."""
+    """``(summary, head, [(title, table)], deltas, engines, unlike)``: ``unlike`` one line per pair of runs left
+    out of Δ because different code made or graded them (:mod:`evals.report.likeness`)."""
     summary = collect(root)
     head = headline(summary)
     head["kv_mib_at_max_new"] = kv_at_max_new(head)
     head = head.join(system_columns(head))
-    deltas = paired_deltas(head)
+    unlike: list[str] = []
+    deltas = paired_deltas(head, notes=unlike)
+    engines = engine_deltas(head, notes=unlike)
     tables = [*pivots(summary, head, deltas), ("Every run: headline, Δ vs full cache (on all items and where "
                                                "compression acted), behaviour, throughput",
                                                behaviour_table(head, deltas))]
+    if not engines.empty:
+        tables.insert(len(tables) - 1, (ENGINES_TITLE, engine_table(head, engines)))
     speed = throughput_table(head)
     if not speed.empty:
         tables.append(("Throughput at equal memory: generated tokens per wall second of generation, with the rows "
@@ -136,7 +169,7 @@ def _sections(root: Path):
     if not references.empty:
         tables.insert(0, ("Published references (ours ± se [95% CI]; published ± se [95% interval]; "
                           "setup: ours (published))", references))
-    return summary, head, tables, deltas
+    return summary, head, tables, deltas, engines, unlike
 
 
 def _md(df: pd.DataFrame) -> str:
@@ -198,33 +231,37 @@ def copied_notes(summary: pd.DataFrame) -> list[str]:
 def write_report(root: Path) -> tuple[Path, pd.DataFrame]:
     """Write ``summary_all.csv``, ``plots/``, ``report.md`` and ``report.html`` under ``root``; return the
     markdown report's path and the headline (one row per run)."""
-    summary, head, tables, deltas = _sections(root)
+    summary, head, tables, deltas, engines, unlike = _sections(root)
     plots = plot(head, root / "plots")
     banner = small_n_banner(head)
     notes = inversion_notes(head)
     copied = copied_notes(summary)
     subsets = subset_notes(deltas, head)
-    lines = [f"# Report: {root}", "", f"{head['run'].nunique()} runs, {len(summary)} summary rows.", ""]
+    lines = [f"# Report: {md_text(root)}", "", f"{head['run'].nunique()} runs, {len(summary)} summary rows.", ""]
     lines += [banner, ""] if banner else []
     lines += [UNITS_NOTE, "", "## Figures", ""]
-    lines += [f"![{figure_title(p)}](plots/{p.name})" for p in plots] + [""]
+    lines += [f"![{md_text(figure_title(p))}](plots/{p.name})" for p in plots] + [""]
+    if unlike:
+        lines += [f"## {UNLIKE_TITLE}", "", UNLIKE_NOTE, ""]
+        lines += [f"- {md_text(n)}" for n in unlike] + [""]
     if notes:
         lines += ["## Why a compressed run can hold more KV than the full cache", ""]
-        lines += [f"- {n}" for n in notes] + [""]
+        lines += [f"- {md_text(n)}" for n in notes] + [""]
     if copied:
         lines += ["## Runs not generated: rows copied from the full cache", "", COPIED_NOTE, ""]
-        lines += [f"- {n}" for n in copied] + [""]
+        lines += [f"- {md_text(n)}" for n in copied] + [""]
     if subsets:
         lines += ["## Paired on fewer items than a run scored", ""]
-        lines += [f"- {n}" for n in subsets] + [""]
+        lines += [f"- {md_text(n)}" for n in subsets] + [""]
     for title, table in tables:
-        lines += [f"## {title}", "", _md(table), ""]
+        lines += [f"## {md_text(title)}", "", _md(table), ""]
     path = root / "report.md"
-    page = _html(root, head, tables, plots, [banner or "", *notes, *copied, *subsets])
-    summary_all = summary.drop(columns=["run_dir", "pair_key", "task_settings"]).to_csv(index=False)
+    page = _html(root, head, tables, plots, [banner or "", *unlike, *notes, *copied, *subsets])
+    summary_all = summary.drop(columns=["run_dir", "pair_key", "engine_key", "task_settings"], errors="ignore").to_csv(
+        index=False)
     with Batch() as batch:  # all four in place, or (a full disk) the earlier four as they were
         batch.write(root / "summary_all.csv", summary_all)
-        batch.write(root / "deltas.csv", deltas_table(head, deltas).to_csv(index=False))
+        batch.write(root / "deltas.csv", deltas_table(head, deltas, engines).to_csv(index=False))
         batch.write(path, "\n".join(lines))
         batch.write(root / "report.html", page)
     return path, head

@@ -6,12 +6,13 @@ whether or not its rows carry ``compressed``).
 
 from __future__ import annotations
 
-import json
+import io
 import math
 from pathlib import Path
 
 import pandas as pd
 
+from evals.record.files import read_regular
 from evals.record.geometry import keeps_every_token
 from evals.record.throughput import rate_text, throughput
 
@@ -19,13 +20,12 @@ COLUMNS = ["tokens_per_s", "rows_held", "latency_s_mean", "keeps_all"]
 
 
 def _one(run_dir: Path) -> dict:
+    from evals.report.load import run_meta
+
+    meta = run_meta(run_dir)
     try:
-        meta = json.loads((run_dir / "meta.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        meta = {}
-    try:
-        rows = pd.read_csv(run_dir / "samples.csv", usecols=lambda c: c in ("prompt_tokens", "gen_tokens",
-                                                                           "latency_s"))
+        rows = pd.read_csv(io.BytesIO(read_regular(run_dir / "samples.csv")),
+                           usecols=lambda c: c in ("prompt_tokens", "gen_tokens", "latency_s"))
     except (OSError, ValueError):
         rows = pd.DataFrame()
     system = throughput(meta)

@@ -35,6 +35,9 @@ KEEPS_ALL = "keeps every token (= full cache)"  # a compressing method that drop
 # One table, curve or paired comparison holds runs of one model, one task and one task configuration
 # (evals.report.load.task_config_labels): runs whose task settings differ are never pooled.
 GROUP = ["model", "task", "task_config"]
+# which engine generated a run and which code generated and graded its rows (evals.report.likeness), and what two
+# engines' full-cache runs share (evals.report.load.engine_key)
+CODE_COLUMNS = ("backend", "generation_id", "grading_id", "engine_key")
 
 
 def task_title(task: str, config: object) -> str:
@@ -109,14 +112,18 @@ def _label_knobs(method: str, frame: pd.DataFrame) -> list[str]:
 
 def assign_labels(head: pd.DataFrame) -> pd.Series:
     """A label per run that tells apart every two runs of one (model, task) that would share a line or a cell:
-    the method, then its knobs that vary, then (if two runs still collide) the run's fingerprint or directory."""
+    the method, then its knobs that vary, then the engine (``none · vllm``) where runs of several backends are
+    side by side (never pooled), then (if two runs still collide) the run's fingerprint or directory."""
     labels = pd.Series("", index=head.index, dtype=object)
     for _, frame in with_config(head).groupby(GROUP, sort=False):
+        engines = frame["backend"].nunique() > 1 if "backend" in frame.columns else False
         for method, part in frame.groupby("method", sort=False):
             varying = [k for k in _label_knobs(method, part) if part[k].nunique(dropna=False) > 1]
             for idx, row in part.iterrows():
                 extra = ", ".join(f"{k}={fmt(row[k])}" for k in varying)
                 labels[idx] = f"{method} ({extra})" if extra else str(method)
+                if engines:
+                    labels[idx] += f" · {row['backend']}"
         budget = frame["prompt_budget"].astype(str)
         for _, clash in frame.groupby([labels[frame.index], budget], sort=False, dropna=False):  # full cache: NaN
             if len(clash) > 1:
@@ -148,7 +155,7 @@ def headline(summary: pd.DataFrame) -> pd.DataFrame:
     knobs = [k for k in identity_extra() if k != "run_id" and k in out.columns]
     cols = ["model", "task", "task_config", "method", "prompt_budget", "recent", *knobs]
     keep = [*cols, "metric", "value", "stderr", "ci_lo", "ci_hi", "unit", "n", "run_id", "run", "run_dir",
-            "fingerprint", "pair_key"]
+            "fingerprint", "pair_key", *[c for c in CODE_COLUMNS if c in out.columns]]
     out = out[keep].drop_duplicates("run")
     extra = summary[(summary["group"] == "all") & summary["metric"].isin(BEHAVIOUR)]
     wide = extra.pivot_table(index="run", columns="metric", values="value", aggfunc="first")

@@ -60,11 +60,9 @@ def search_one(combo: list[str], opts: SearchOptions) -> str:
 
     steps = run_sequence(budgets, measured, opts.alpha, say)
     out_root = Path(str(cfg.out_root))
-    csv = output.write_csv(out_root, output.rows(model, task, method, steps, opts.max_loss, opts.alpha, ratios,
-                                                 overrides=combo))
-    png = output.plot(out_root, title, steps, opts.max_loss, opts.alpha)
+    table = output.rows(model, task, method, steps, opts.max_loss, opts.alpha, ratios, overrides=combo)
     line = output.answer_line(steps, opts.max_loss, opts.alpha, reference.unit, ratios)
-    say(f"search: {title}: wrote {csv}" + (f" and {png}" if png else ""))
+    output.record(out_root, title, table, steps, opts.max_loss, opts.alpha, say)  # never raises: one line each
     say(line)
     return line
 

@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import io
 import json
+import logging
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
 
 from evals.analysis.sequential import NOT_TESTED, Step, answer
+from evals.record.files import read_regular, why_not_regular
+
+log = logging.getLogger(__name__)
 
 COLUMNS = ["search_id", "model", "task", "method", "budget", "kv_ratio", "n_items", "value", "reference", "delta",
            "ci_low", "ci_high", "verdict", "p_noninferiority", "test", "max_loss", "alpha", "budgets", "overrides",
@@ -55,18 +61,26 @@ def write_csv(out_root: Path, frame: pd.DataFrame) -> Path:
     replacing only those of the same ``search_id`` (the same search run again). Read, merge and write happen under an
     exclusive ``flock`` on ``<out_root>/.search.csv.lock`` (two searches ending together both keep their rows), and
     the file is replaced atomically (a reader never sees half of it). Rows of an older file without ``search_id``
-    are kept as they are."""
+    are kept as they are; an empty ``search.csv`` holds no earlier search (one warning line).
+
+    ``ValueError`` (one line naming the file, nothing written) when the lock or ``search.csv`` is a symbolic link,
+    a folder, a FIFO or another non-regular file, or ``search.csv`` is not a CSV table (its rows are never
+    dropped); ``OSError`` from a full or read-only disk."""
     from evals.record.rundir import write_atomic
 
     out_root = Path(out_root)
     out_root.mkdir(parents=True, exist_ok=True)
     path = out_root / CSV
-    fd = os.open(out_root / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    for target in (out_root / LOCK, path):  # lstat only: nothing is opened or followed
+        why = why_not_regular(target, follow=False)
+        if why:
+            raise ValueError(f"{target}: {why}; the search writes only a regular file there (remove it)")
+    fd = os.open(out_root / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         merged = frame
-        if path.is_file():
-            old = pd.read_csv(path, dtype={"search_id": str})
+        old = _earlier(path)
+        if old is not None:
             if "search_id" in old.columns:
                 old = old[~old["search_id"].astype(str).isin(set(frame["search_id"].astype(str)))]
             merged = pd.concat([old, frame], ignore_index=True)
@@ -74,6 +88,45 @@ def write_csv(out_root: Path, frame: pd.DataFrame) -> Path:
     finally:
         os.close(fd)  # releases the lock
     return path
+
+
+def _earlier(path: Path) -> pd.DataFrame | None:
+    """The rows of an existing ``search.csv`` (None when there is none, or it is empty: one warning)."""
+    if not path.exists():
+        return None
+    data = read_regular(path)  # refuses a FIFO or folder put there since the check, never waits on it
+    if not data.strip():
+        log.warning("%s: empty; read as holding no earlier search", path)
+        return None
+    try:
+        return pd.read_csv(io.BytesIO(data), dtype={"search_id": str})
+    except (ValueError, UnicodeDecodeError) as exc:  # pandas' ParserError is a ValueError
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"{path}: not a CSV table ({first}); left as it is (move it away to keep this search's "
+                         "rows)") from None
+
+
+def record(out_root: Path, title: str, table: pd.DataFrame, steps: list[Step], max_loss: float, alpha: float,
+           say: Callable[[str], None]) -> None:
+    """Write ``search.csv`` (:func:`write_csv`) and the plot (:func:`plot`), saying what was written; a file that
+    cannot be written is one line saying why, never an exception: the search's answer line follows either way."""
+    from evals.record.rundir import os_error_line
+
+    wrote = []
+    for name, write in (("search.csv", lambda: write_csv(out_root, table)),
+                        ("the plot", lambda: plot(out_root, title, steps, max_loss, alpha))):
+        try:
+            path = write()
+        except ValueError as exc:
+            say(f"search: {title}: {name} not written: {str(exc).splitlines()[0]}")
+            continue
+        except OSError as exc:  # a full or read-only disk, a file where a folder belongs
+            say(f"search: {title}: {name} not written: {os_error_line(exc, out_root)}")
+            continue
+        if path is not None:
+            wrote.append(str(path))
+    if wrote:
+        say(f"search: {title}: wrote {' and '.join(wrote)}")
 
 
 def answer_line(steps: list[Step], max_loss: float, alpha: float, unit: str, ratios: dict[int, float]) -> str:
@@ -100,6 +153,11 @@ def plot(out_root: Path, title: str, steps: list[Step], max_loss: float, alpha: 
     import matplotlib
 
     matplotlib.use("Agg")
+    with matplotlib.rc_context({"text.parse_math": False}):  # a "$" in a name is text, never TeX math
+        return _draw(out_root, title, steps, tested, max_loss, alpha)
+
+
+def _draw(out_root: Path, title: str, steps: list[Step], tested: list[Step], max_loss: float, alpha: float) -> Path:
     import matplotlib.pyplot as plt
 
     ref = tested[0].measured.reference
@@ -128,8 +186,12 @@ def plot(out_root: Path, title: str, steps: list[Step], max_loss: float, alpha: 
     ax.set_title(f"{title}: loss ≤ {max_loss:g} at {1 - alpha:.0%} (fixed sequence)", fontsize=10)
     ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
-    path = Path(out_root) / "plots" / f"search__{title.replace(' · ', '__')}.png"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    from evals.report.escape import file_part
+    from evals.report.output import output_folder, save_figure
+
+    try:  # the plots folder never a link, the file written whole and never through one
+        folder = output_folder(Path(out_root) / "plots")
+        return save_figure(fig, folder / f"search__{'__'.join(file_part(p) for p in title.split(' · '))}.png",
+                           dpi=110)
+    finally:
+        plt.close(fig)
