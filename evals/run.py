@@ -48,8 +48,17 @@ def interrupted(base: Path | None) -> None:
 
 
 def run(cfg: DictConfig, run_dir: Path | None = None) -> Path:
-    """Check a composed config and run it (:func:`evals.execute.loop.run`); returns the run directory."""
-    return execute(check(cfg), run_dir)
+    """Check a composed config and run it (:func:`evals.execute.loop.run`); returns the run directory. With
+    ``gpus``, this process first claims one of them and pins ``CUDA_VISIBLE_DEVICES`` to it
+    (:mod:`evals.execute.gpu_slot`), before anything can initialise CUDA."""
+    spec = check(cfg)
+    gpu = None
+    if spec.gpus is not None:
+        from evals.config.gpus import visible_devices
+        from evals.execute.gpu_slot import pin
+
+        gpu = pin(spec.gpus, visible_devices())
+    return execute(spec, run_dir, gpu=gpu)
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
@@ -93,7 +102,7 @@ if __name__ == "__main__":
             sys.exit(2)
         checked = precheck(sys.argv[1:])
         if any(a in ("-m", "--multirun") for a in sys.argv[1:]):  # the sweep's progress: its jobs and their work
-            sys.argv += callback_overrides(checked.jobs, checked.specs)
+            sys.argv += callback_overrides(checked.jobs, checked.specs) + checked.launcher
         main()
     except KeyboardInterrupt:  # before a job started (checking, composing), or between jobs of a sweep
         interrupted(None)
