@@ -43,8 +43,8 @@ def check_combination(overrides: list[str]) -> RunSpec:
     return _check_combination(overrides)[0]
 
 
-def _check_combination(overrides: list[str]) -> tuple[RunSpec, list[str]]:
-    """:func:`check_combination`, and the launcher overrides its ``gpus`` asks for (:func:`joblib_workers`)."""
+def _check_combination(overrides: list[str]) -> tuple[RunSpec, tuple[str, object]]:
+    """:func:`check_combination`, and the launcher's target and ``n_jobs`` (for :func:`launcher_overrides`)."""
     try:
         cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
     except Exception as exc:  # hydra's ConfigCompositionException / MissingConfigException
@@ -62,14 +62,23 @@ def _check_combination(overrides: list[str]) -> tuple[RunSpec, list[str]]:
         del cfg["hydra"]  # its runtime interpolations resolve only inside a running job
     try:
         spec = check(cfg, offline=True)  # no network, no data: the job checks the hub once before it loads anything
-        workers = joblib_workers(target, n_jobs, spec.gpus)
         # out_root first: the default hydra.run.dir lies under it, and the user named out_root, not hydra.run.dir
         for field, path in (("out_root", cfg.get("out_root")), ("hydra.run.dir", out_dir)):
             if path:
                 check_writable(Path(path), field)
     except ValueError as exc:
         raise UserError(one_line(exc)) from None
-    return spec, [] if workers is None else [f"hydra.launcher.n_jobs={workers}"]
+    return spec, (str(target), n_jobs)
+
+
+def launcher_overrides(launcher: tuple[str, object], gpus: tuple[int, ...] | None) -> list[str]:
+    """The overrides the entry point adds for ``gpus`` (joblib: one worker per GPU, :func:`joblib_workers`); raises
+    ``UserError`` for a launcher that cannot keep one job per GPU."""
+    try:
+        workers = joblib_workers(*launcher, gpus)
+    except ValueError as exc:
+        raise UserError(one_line(exc)) from None
+    return [] if workers is None else [f"hydra.launcher.n_jobs={workers}"]
 
 
 def check_command(args: list[str]) -> Checked:
@@ -82,20 +91,25 @@ def check_command(args: list[str]) -> Checked:
             given = [a for a in args if not a.startswith("-")]
             params = sweeper_params(given) if multirun else []
             combos = expand(params + given, multirun)  # later overrides win, as in BasicSweeper
-            bad, checked, launcher = [], [], []
+            bad, checked, launcher = [], [], ("", None)
             for combo in combos:
                 try:
-                    spec, extra = _check_combination(combo)
+                    spec, launcher = _check_combination(combo)
                     checked.append(spec)
-                    launcher = launcher or extra
                 except UserError as exc:
                     swept = [o for o in combo if o not in given] if len(combos) > 1 else []
                     bad.append(f"{' '.join(swept)}: {exc}" if swept else str(exc))
             values = list(dict.fromkeys(s.gpus for s in checked))
+            extra: list[str] = []
             if len(values) > 1:  # the slots are the machine's, not a job's
                 shown = " and ".join("null" if v is None else str(list(v)) for v in values)
                 bad.append(f"gpus: one value for the whole command line (the machine's GPUs), got {shown}")
-            return Checked(list(dict.fromkeys(bad)), [] if bad else checked, len(combos), launcher)
+            elif values and multirun:  # one launcher for the whole command line
+                try:
+                    extra = launcher_overrides(launcher, values[0])
+                except UserError as exc:
+                    bad.append(str(exc))
+            return Checked(list(dict.fromkeys(bad)), [] if bad else checked, len(combos), extra)
     finally:
         GlobalHydra.instance().clear()
 

@@ -110,8 +110,9 @@ def test_the_command_line_refuses_gpus_that_differ_between_jobs_and_gpus_with_re
     replay.write_text('{"item_id": "x", "completion": "a"}\n')
     assert validate(["backend=replay", f"backend.path={replay}", "gpus=2", f"out_root={tmp_path}"]) == [
         "gpus: backend=replay generates nothing on a GPU; drop gpus"]
-    assert validate(["-m", *TINY, "model.device=auto", "gpus=2", "hydra/launcher=joblib", "hydra.launcher.n_jobs=3",
-                     f"out_root={tmp_path}"])[0].startswith("hydra.launcher.n_jobs: 3 joblib workers for 2 GPU")
+    too_many = validate(["-m", *TINY, "model.device=auto", "compression=none,snapkv", "gpus=2", "hydra/launcher=joblib",
+                         "hydra.launcher.n_jobs=3", f"out_root={tmp_path}"])
+    assert len(too_many) == 1 and too_many[0].startswith("hydra.launcher.n_jobs: 3 joblib workers for 2 GPU")
 
 
 def test_concurrent_processes_claim_distinct_gpus_and_a_killed_holders_gpu_is_freed(tmp_path):

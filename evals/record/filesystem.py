@@ -2,8 +2,8 @@
 
 SQLite's write-ahead log needs memory shared by every process that opens the database, which only processes of
 one host have: "WAL does not work over a network filesystem" (sqlite.org/wal.html), and even the rollback journal's
-POSIX locks are broken on many network filesystems (sqlite.org/lockingv3.html, "How To Corrupt Your Database
-Files"). The sample cache asks here before it opens its database (:mod:`evals.execute.cache_place`).
+POSIX locks are unreliable on many network filesystems (sqlite.org/useovernet.html). The sample cache asks here
+before it opens its database (:mod:`evals.execute.cache_place`).
 """
 
 from __future__ import annotations
