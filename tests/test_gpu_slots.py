@@ -149,6 +149,33 @@ def test_more_processes_than_gpus_wait_for_one_to_free(tmp_path):
         end(procs)
 
 
+SECOND_JOB = """
+import os, sys
+from pathlib import Path
+from evals.config.gpus import check_slots, visible_devices
+from evals.execute.gpu_slot import pin
+driver, folder = Path(sys.argv[1]), Path(sys.argv[2])
+first = pin((0, 1), visible_devices(os.environ, driver), folder=folder)
+devices = visible_devices(os.environ, driver)  # the next job of this process checks gpus again
+check_slots((0, 1), devices, "auto")
+second = pin((0, 1), devices, folder=folder)
+print(os.environ["CUDA_VISIBLE_DEVICES"], devices.names, second is first)
+"""
+
+
+def test_a_process_that_pinned_itself_checks_its_next_jobs_against_the_gpus_it_was_given(tmp_path):
+    """A joblib worker (or a plain sweep's one process) runs several jobs: after the first pinned
+    ``CUDA_VISIBLE_DEVICES=4``, the next job's ``gpus=2`` still indexes the two GPUs the process was given."""
+    driver = tmp_path / "gpus"
+    for bus in ("0000:01:00.0", "0000:41:00.0"):
+        (driver / bus).mkdir(parents=True)
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "4,6"}
+    res = subprocess.run([sys.executable, "-c", SECOND_JOB, str(driver), str(tmp_path / "locks")], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.split("\n")[0] == "4 ('4', '6') True"
+
+
 def test_a_gpu_is_not_pinned_after_cuda_started_in_the_process(tmp_path):
     env: dict[str, str] = {}
     with pytest.raises(ValueError, match="^gpus: CUDA was initialised in this process before a GPU was claimed"):
@@ -172,7 +199,8 @@ def test_a_job_pins_its_gpu_before_torch_loads_and_records_it_in_meta_and_rows(t
                "gen.max_new_tokens=2", "gpus=[1]", f"out_root={tmp_path / 'results'}"],
               env={"SNAPSTREAM_GPU_LOCKS": str(locks)})
     assert res.returncode == 0, res.stderr[-3000:]
-    assert "gpus: slot 1 claimed, CUDA_VISIBLE_DEVICES=1; no CUDA on this machine" in res.stdout + res.stderr
+    assert ("gpus: slot 1 claimed, CUDA_VISIBLE_DEVICES=1; no CUDA driver (/proc/driver/nvidia/gpus is missing): "
+            "the job runs on the CPU") in res.stdout + res.stderr
     [meta_file] = (tmp_path / "results").rglob("meta.json")
     meta = json.loads(meta_file.read_text())
     assert meta["gpu"] == {"slot": 1, "CUDA_VISIBLE_DEVICES": "1", "cuda": False, "lock": str(locks / "gpu-1.lock"),

@@ -18,6 +18,10 @@ from typing import Any
 
 DRIVER_GPUS = Path("/proc/driver/nvidia/gpus")  # one folder per GPU (named by PCI bus id) where the driver is loaded
 MAX_GPUS = 1024
+# Set by a process when it pins itself: the CUDA_VISIBLE_DEVICES it was given (UNSET: none), which its later jobs'
+# slots still index (its own pin narrowed CUDA_VISIBLE_DEVICES to one device)
+INHERITED_ENV = "SNAPSTREAM_GPUS_INHERITED"
+UNSET = "<unset>"
 
 
 @dataclass(frozen=True)
@@ -57,13 +61,16 @@ def parse_gpus(value: Any) -> tuple[int, ...] | None:
 
 
 def visible_devices(environ: Mapping[str, str] = os.environ, driver: Path = DRIVER_GPUS) -> Devices:
-    """The devices slot indices refer to: an inherited ``CUDA_VISIBLE_DEVICES`` (``""``: none) where the driver is
-    present, else one per folder of ``driver``; ``Devices(None, ...)`` on a machine without the NVIDIA driver."""
+    """The devices slot indices refer to: an inherited ``CUDA_VISIBLE_DEVICES`` (``""``: none; the one this
+    process had before it pinned itself, :data:`INHERITED_ENV`) where the driver is present, else one per folder of
+    ``driver``; ``Devices(None, ...)`` on a machine without the NVIDIA driver."""
     try:
         count = sum(1 for _ in driver.iterdir())
     except OSError:
         return Devices(None, f"no CUDA driver ({driver} is missing)")
     inherited = environ.get("CUDA_VISIBLE_DEVICES")
+    if INHERITED_ENV in environ:  # this process pinned itself for an earlier job: what it was given
+        inherited = None if environ[INHERITED_ENV] == UNSET else environ[INHERITED_ENV]
     if inherited is not None:
         return Devices(tuple(d.strip() for d in inherited.split(",") if d.strip()),
                        f"CUDA_VISIBLE_DEVICES={inherited!r}")

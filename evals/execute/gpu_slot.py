@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evals.config.gpus import Devices, device_of
+from evals.config.gpus import INHERITED_ENV, UNSET, Devices, device_of
 from evals.config.private_files import untrusted
 
 log = logging.getLogger(__name__)
@@ -138,9 +138,10 @@ def pin(slots: tuple[int, ...], devices: Devices, *, environ: MutableMapping[str
         raise ValueError("gpus: CUDA was initialised in this process before a GPU was claimed, so "
                          "CUDA_VISIBLE_DEVICES can no longer pin it; claim the GPU first")
     index, device, path, fd, waited = claim(slots, devices, folder or lock_dir(environ), poll_s=poll_s)
+    environ.setdefault(INHERITED_ENV, environ.get("CUDA_VISIBLE_DEVICES", UNSET))  # what later jobs' slots index
     environ["CUDA_VISIBLE_DEVICES"] = device
     _held = Slot(index, device, path, fd, devices.cuda, "torch" in sys.modules, waited)
-    where = f"GPU {device}" if devices.cuda else f"no CUDA on this machine ({devices.source}): the job runs on the CPU"
+    where = f"GPU {device}" if devices.cuda else f"{devices.source}: the job runs on the CPU"
     log.info("gpus: slot %d claimed, CUDA_VISIBLE_DEVICES=%s; %s", index, device, where)
     return _held
 
