@@ -15,7 +15,15 @@ from pathlib import Path
 import pytest
 
 from evals.cli import validate
-from evals.config.gpus import Devices, check_slots, joblib_workers, parse_gpus, physical_device, visible_devices
+from evals.config.gpus import (
+    DRIVER_GPUS,
+    Devices,
+    check_slots,
+    joblib_workers,
+    parse_gpus,
+    physical_device,
+    visible_devices,
+)
 from evals.execute.gpu_slot import pin
 from tests.runner_utils import ROOT, TINY, cli
 
@@ -230,3 +238,26 @@ def test_each_job_of_a_joblib_sweep_pins_its_gpu_before_torch_loads_and_records_
         assert meta["device"]["CUDA_VISIBLE_DEVICES"] == gpu["CUDA_VISIBLE_DEVICES"]  # what the job itself saw
     for samples in (tmp_path / "results").rglob("samples.jsonl"):
         assert {json.loads(line)["device"] for line in samples.read_text().splitlines()} == {"cpu"}
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not DRIVER_GPUS.is_dir(), reason="needs the NVIDIA driver (a GPU)")
+def test_on_a_gpu_machine_a_gpu_it_lacks_is_refused_before_anything_runs(tmp_path):
+    count = len(visible_devices().names)
+    bad = validate([*TINY, "model.device=auto", f"gpus={count + 1}", f"out_root={tmp_path}"])
+    assert len(bad) == 1 and bad[0].startswith(f"gpus: GPU {count} does not exist: this process sees {count} ")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not DRIVER_GPUS.is_dir(), reason="needs the NVIDIA driver (a GPU)")
+def test_on_a_gpu_machine_a_pinned_job_runs_on_its_gpu_and_its_rows_name_it(tmp_path):
+    res = cli([*TINY, "model.device=auto", "task=needle", "task.context_tokens=128", "task.n_items=1",
+               "gen.max_new_tokens=2", "gpus=1", f"out_root={tmp_path / 'results'}"],
+              env={"SNAPSTREAM_GPU_LOCKS": str(tmp_path / "locks")})
+    assert res.returncode == 0, res.stderr[-3000:]
+    [meta_file] = (tmp_path / "results").rglob("meta.json")
+    meta = json.loads(meta_file.read_text())
+    device = visible_devices({k: v for k, v in os.environ.items() if k != "SNAPSTREAM_GPUS_INHERITED"}).names[0]
+    assert meta["gpu"]["cuda"] is True and meta["gpu"]["CUDA_VISIBLE_DEVICES"] == device
+    rows = [json.loads(line) for line in (meta_file.parent / "samples.jsonl").read_text().splitlines()]
+    assert [r["device"] for r in rows] == [f"cuda:{device}"]
