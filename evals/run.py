@@ -48,17 +48,9 @@ def interrupted(base: Path | None) -> None:
 
 
 def run(cfg: DictConfig, run_dir: Path | None = None) -> Path:
-    """Check a composed config and run it (:func:`evals.execute.loop.run`); returns the run directory. With
-    ``gpus``, this process first claims one of them and pins ``CUDA_VISIBLE_DEVICES`` to it
-    (:mod:`evals.execute.gpu_slot`), before anything can initialise CUDA."""
-    spec = check(cfg)
-    gpu = None
-    if spec.gpus is not None:
-        from evals.config.gpus import visible_devices
-        from evals.execute.gpu_slot import pin
-
-        gpu = pin(spec.gpus, visible_devices())
-    return execute(spec, run_dir, gpu=gpu)
+    """Check a composed config and run it (:func:`evals.execute.loop.run`, which first pins this process to one of
+    ``gpus``); returns the run directory."""
+    return execute(check(cfg), run_dir)
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")

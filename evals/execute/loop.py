@@ -15,13 +15,14 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from evals.config.gpus import visible_devices
 from evals.config.spec import RunSpec
 from evals.execute.alias import copy_rows, find_source
 from evals.execute.backends import Backend, make_backend
 from evals.execute.backends.prompts import PROMPTS, PromptStore
 from evals.execute.caching import CachingBackend
 from evals.execute.expected import announce
-from evals.execute.gpu_slot import Slot
+from evals.execute.gpu_slot import Slot, pin
 from evals.execute.prepare import RunPlan, plan
 from evals.execute.progress import Progress
 from evals.execute.regrade import generated_here, refresh_resumed, regrade
@@ -57,13 +58,14 @@ from tasks.protocol import hook
 log = logging.getLogger(__name__)
 
 
-def run(spec: RunSpec, run_dir: Path | None = None, *, gpu: Slot | None = None,
-        mountinfo: Path = MOUNTINFO) -> Path:
-    """Run (or resume) one checked configuration; returns its run directory. ``gpu``: the GPU slot this process
-    claimed (:mod:`evals.execute.gpu_slot`), recorded in ``meta.json``; ``mountinfo``: the mount table the sample
-    cache's placement reads (:func:`evals.execute.prepare.plan`).
+def run(spec: RunSpec, run_dir: Path | None = None, *, mountinfo: Path = MOUNTINFO) -> Path:
+    """Run (or resume) one checked configuration; returns its run directory. With ``gpus``, this process first
+    claims one of them and pins ``CUDA_VISIBLE_DEVICES`` to it, before anything here can start CUDA
+    (:mod:`evals.execute.gpu_slot`; recorded in ``meta.json``). ``mountinfo``: the mount table the sample cache's
+    placement reads (:func:`evals.execute.prepare.plan`).
 
     The run holds the directory's lock for its whole life: a second job for the same run waits, then resumes."""
+    gpu = pin(spec.gpus, visible_devices()) if spec.gpus is not None else None
     p = plan(spec, run_dir, mountinfo=mountinfo)
     replay = None
     if spec.backend.replays:  # cheap to build: its input is checked before the run starts
