@@ -17,6 +17,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import open_dict
 
 from evals.config.conf_store import register_methods
+from evals.config.gpus import joblib_workers
 from evals.config.overrides import CONF, UserError, check_nesting, expand, one_line, options, sweeper_params
 from evals.config.spec import RunSpec, check
 from evals.plan.workload import estimate
@@ -34,10 +35,16 @@ class Checked:
     bad: list[str] = field(default_factory=list)
     specs: list[RunSpec] = field(default_factory=list)  # in launch order; empty when any combination is bad
     jobs: int | None = None  # combinations checked (None: the command line was not checked)
+    launcher: list[str] = field(default_factory=list)  # overrides the entry point adds (joblib: one worker per GPU)
 
 
 def check_combination(overrides: list[str]) -> RunSpec:
     """Compose one job's config and run every check that needs no data and no weights; returns its spec."""
+    return _check_combination(overrides)[0]
+
+
+def _check_combination(overrides: list[str]) -> tuple[RunSpec, tuple[str, object]]:
+    """:func:`check_combination`, and the launcher's target and ``n_jobs`` (for :func:`launcher_overrides`)."""
     try:
         cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
     except Exception as exc:  # hydra's ConfigCompositionException / MissingConfigException
@@ -49,6 +56,8 @@ def check_combination(overrides: list[str]) -> RunSpec:
         out_dir = str(cfg.hydra.run.dir)  # where Hydra itself will write first (its log, the run's folder)
     except Exception:  # an interpolation that resolves only inside a running job
         out_dir = None
+    launcher = cfg.hydra.get("launcher") or {}
+    target, n_jobs = launcher.get("_target_", ""), launcher.get("n_jobs")
     with open_dict(cfg):
         del cfg["hydra"]  # its runtime interpolations resolve only inside a running job
     try:
@@ -59,7 +68,17 @@ def check_combination(overrides: list[str]) -> RunSpec:
                 check_writable(Path(path), field)
     except ValueError as exc:
         raise UserError(one_line(exc)) from None
-    return spec
+    return spec, (str(target), n_jobs)
+
+
+def launcher_overrides(launcher: tuple[str, object], gpus: tuple[int, ...] | None) -> list[str]:
+    """The overrides the entry point adds for ``gpus`` (joblib: one worker per GPU, :func:`joblib_workers`); raises
+    ``UserError`` for a launcher that cannot keep one job per GPU."""
+    try:
+        workers = joblib_workers(*launcher, gpus)
+    except ValueError as exc:
+        raise UserError(one_line(exc)) from None
+    return [] if workers is None else [f"hydra.launcher.n_jobs={workers}"]
 
 
 def check_command(args: list[str]) -> Checked:
@@ -72,14 +91,25 @@ def check_command(args: list[str]) -> Checked:
             given = [a for a in args if not a.startswith("-")]
             params = sweeper_params(given) if multirun else []
             combos = expand(params + given, multirun)  # later overrides win, as in BasicSweeper
-            bad, checked = [], []
+            bad, checked, launcher = [], [], ("", None)
             for combo in combos:
                 try:
-                    checked.append(check_combination(combo))
+                    spec, launcher = _check_combination(combo)
+                    checked.append(spec)
                 except UserError as exc:
                     swept = [o for o in combo if o not in given] if len(combos) > 1 else []
                     bad.append(f"{' '.join(swept)}: {exc}" if swept else str(exc))
-            return Checked(list(dict.fromkeys(bad)), [] if bad else checked, len(combos))
+            values = list(dict.fromkeys(s.gpus for s in checked))
+            extra: list[str] = []
+            if len(values) > 1:  # the slots are the machine's, not a job's
+                shown = " and ".join("null" if v is None else str(list(v)) for v in values)
+                bad.append(f"gpus: one value for the whole command line (the machine's GPUs), got {shown}")
+            elif values and multirun:  # one launcher for the whole command line
+                try:
+                    extra = launcher_overrides(launcher, values[0])
+                except UserError as exc:
+                    bad.append(str(exc))
+            return Checked(list(dict.fromkeys(bad)), [] if bad else checked, len(combos), extra)
     finally:
         GlobalHydra.instance().clear()
 

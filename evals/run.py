@@ -48,7 +48,8 @@ def interrupted(base: Path | None) -> None:
 
 
 def run(cfg: DictConfig, run_dir: Path | None = None) -> Path:
-    """Check a composed config and run it (:func:`evals.execute.loop.run`); returns the run directory."""
+    """Check a composed config and run it (:func:`evals.execute.loop.run`, which first pins this process to one of
+    ``gpus``); returns the run directory."""
     return execute(check(cfg), run_dir)
 
 
@@ -93,7 +94,7 @@ if __name__ == "__main__":
             sys.exit(2)
         checked = precheck(sys.argv[1:])
         if any(a in ("-m", "--multirun") for a in sys.argv[1:]):  # the sweep's progress: its jobs and their work
-            sys.argv += callback_overrides(checked.jobs, checked.specs)
+            sys.argv += callback_overrides(checked.jobs, checked.specs) + checked.launcher
         main()
     except KeyboardInterrupt:  # before a job started (checking, composing), or between jobs of a sweep
         interrupted(None)

@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from evals.config import strict
 from evals.config.defaults import DEFAULT_MEMORY_GIB
 from evals.config.gen import GenSettings, gen_settings
+from evals.config.gpus import check_slots, parse_gpus, visible_devices
 from evals.config.models import check_model_config
 from evals.config.registry import backend_traits
 from evals.config.shape import positions_of, rope_of, shape_from_model
@@ -62,6 +63,7 @@ class RunSpec:
     sample_cache: bool
     log_every: int
     memory_gib: float
+    gpus: tuple[int, ...] | None = None  # GPU slots a job claims one of (evals.config.gpus); None: no pinning
 
     @property
     def sampling(self) -> SamplingConfig:
@@ -105,6 +107,11 @@ def check(cfg: DictConfig, *, offline: bool = False) -> RunSpec:
         _check_family(container)
         if method.needs_shape:  # e.g. a calibration file made for this model (triattention)
             method.check_shape({**asdict(shape_from_model(container["model"])), **rope_of(container["model"])})
+    gpus = parse_gpus(container.get("gpus"))
+    if gpus is not None:
+        if not traits.loads_weights:
+            raise ValueError(f"gpus: backend={cfg.backend.name} generates nothing on a GPU; drop gpus")
+        check_slots(gpus, visible_devices(), str(container["model"].get("device", "auto")))
     if traits.replays and not Path(cfg.backend.path).is_file():
         raise ValueError(f"backend.path: no such file: {cfg.backend.path}")
     backend = container["backend"]
@@ -125,6 +132,7 @@ def check(cfg: DictConfig, *, offline: bool = False) -> RunSpec:
         sample_cache=bool(container.get("sample_cache", True)),
         log_every=int(container.get("log_every") or 0),
         memory_gib=float((container.get("plan") or {}).get("memory_gib", DEFAULT_MEMORY_GIB)),
+        gpus=gpus,
     )
 
 

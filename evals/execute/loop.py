@@ -15,18 +15,21 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from evals.config.gpus import visible_devices
 from evals.config.spec import RunSpec
 from evals.execute.alias import copy_rows, find_source
 from evals.execute.backends import Backend, make_backend
 from evals.execute.backends.prompts import PROMPTS, PromptStore
 from evals.execute.caching import CachingBackend
 from evals.execute.expected import announce
+from evals.execute.gpu_slot import Slot, pin
 from evals.execute.prepare import RunPlan, plan
 from evals.execute.progress import Progress
 from evals.execute.regrade import generated_here, refresh_resumed, regrade
 from evals.execute.row import build_row
 from evals.execute.sample_cache import SampleCache, reused_row, sample_key_base
 from evals.execute.work import missing, pending_work, produce, score
+from evals.record.filesystem import MOUNTINFO
 from evals.record.rows import RowWriter, done_keys, read_rows, tidy
 from evals.record.rundir import (
     META,
@@ -55,11 +58,15 @@ from tasks.protocol import hook
 log = logging.getLogger(__name__)
 
 
-def run(spec: RunSpec, run_dir: Path | None = None) -> Path:
-    """Run (or resume) one checked configuration; returns its run directory.
+def run(spec: RunSpec, run_dir: Path | None = None, *, mountinfo: Path = MOUNTINFO) -> Path:
+    """Run (or resume) one checked configuration; returns its run directory. With ``gpus``, this process first
+    claims one of them and pins ``CUDA_VISIBLE_DEVICES`` to it, before anything here can start CUDA
+    (:mod:`evals.execute.gpu_slot`; recorded in ``meta.json``). ``mountinfo``: the mount table the sample cache's
+    placement reads (:func:`evals.execute.prepare.plan`).
 
     The run holds the directory's lock for its whole life: a second job for the same run waits, then resumes."""
-    p = plan(spec, run_dir)
+    gpu = pin(spec.gpus, visible_devices()) if spec.gpus is not None else None
+    p = plan(spec, run_dir, mountinfo=mountinfo)
     replay = None
     if spec.backend.replays:  # cheap to build: its input is checked before the run starts
         replay = make_backend(spec, rows=p.decode_rows, requested=p.rows)
@@ -80,7 +87,7 @@ def run(spec: RunSpec, run_dir: Path | None = None) -> Path:
             return p.run_dir
         # accepted, with work to do: only now is the job's record written
         write_hydra_files(p.run_dir, OmegaConf.to_yaml(spec.config))
-        return _run_locked(p, replay)
+        return _run_locked(p, replay, gpu)
 
 
 def _complete(p: RunPlan) -> bool:
@@ -105,7 +112,7 @@ def _protocol(p: RunPlan) -> str | None:
     return name(p.spec.task) if name is not None else None
 
 
-def _run_locked(p: RunPlan, replay: Backend | None) -> Path:
+def _run_locked(p: RunPlan, replay: Backend | None, gpu: Slot | None = None) -> Path:
     spec = p.spec
     meta = {
         "status": "running",
@@ -118,6 +125,8 @@ def _run_locked(p: RunPlan, replay: Backend | None) -> Path:
         "protocol": _protocol(p),
         "code": _code(p),
         "sample_cache": None if p.cache_root is None else str(p.cache_root),
+        "sample_cache_place": p.cache_place,
+        "gpu": None if gpu is None else gpu.record(),
         "started": now(),
         "versions": versions(),
         "git_commit": git_commit(),

@@ -11,13 +11,16 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from evals.config.gpus import physical_device
 from evals.config.models import resolved_device, weights_identity
 from evals.config.spec import RunSpec
+from evals.execute.cache_place import local_roots, place
 from evals.execute.code_identity import generation_id, grading_id, grading_setup, prompt_data
 from evals.execute.identity import fingerprint, run_identity
 from evals.execute.sample_cache import cache_dir
 from evals.plan.job import DEFAULT_MEMORY_GIB, choose_rows, job_from_spec, peak_bytes, rows_without_planner
 from evals.plan.measured import plan_block, prompt_lengths
+from evals.record.filesystem import MOUNTINFO, read_mountinfo
 from snapstream_core.memory import device_usable_bytes
 from snapstream_core.methods.base import CompressionMethod
 from snapstream_core.sampling import SamplingConfig
@@ -42,6 +45,8 @@ class RunPlan:
     grading_id: str = ""
     grading_setup: dict[str, Any] | None = None  # the task's resolved grading setup (sandbox mode, interpreter)
     cache_root: Path | None = None  # the sample cache's folder, absolute; None: not used
+    cache_place: dict[str, Any] | None = None  # where the cache was asked for and why it is elsewhere (cache_place)
+    device: str | None = None  # the device that generates, as the machine names it (rows' `device`); None: replay
     planned_bytes: int | None = None  # the planner's peak at those rows (CUDA): quoted by an out-of-memory error
 
     @property
@@ -66,11 +71,13 @@ class RunPlan:
         return self.spec.gen.seed
 
 
-def plan(spec: RunSpec, run_dir: Path | None = None) -> RunPlan:
+def plan(spec: RunSpec, run_dir: Path | None = None, *, mountinfo: Path = MOUNTINFO) -> RunPlan:
     """Read the task's items and fix the run's identity and directory (no weights load).
 
     ``run_dir`` given (``hydra.run.dir=DIR``): the run lives exactly there. Otherwise it lives under the readable
     ``run_dir`` of the config, in a ``fp-<fingerprint>`` folder, so two runs that differ anywhere never share one.
+    ``mountinfo``: the mount table that tells whether the sample cache's folder is on a network filesystem
+    (:mod:`evals.execute.cache_place`).
     """
     rows = planned = None
     items = spec.task_module.load(spec.task)
@@ -92,6 +99,8 @@ def plan(spec: RunSpec, run_dir: Path | None = None) -> RunPlan:
         run_id = str(run_dir.resolve().relative_to(Path(spec.out_root).resolve()))
     except ValueError:
         run_id = str(run_dir)
+    asked = cache_dir(spec.out_root) if generates and spec.sample_cache else None
+    cache = place(asked, read_mountinfo(mountinfo), local_roots()) if asked is not None else None
     return RunPlan(
         spec=spec,
         run_dir=run_dir,
@@ -105,7 +114,9 @@ def plan(spec: RunSpec, run_dir: Path | None = None) -> RunPlan:
         generation_id=generation_id(spec.task_module) if generates else None,
         grading_id=grading_id(spec.task_module, setup),
         grading_setup=setup,
-        cache_root=cache_dir(spec.out_root) if generates and spec.sample_cache else None,
+        cache_root=cache.used if cache is not None else None,
+        cache_place=cache.record() if cache is not None else None,
+        device=physical_device(container["model"]["device"]) if generates else None,
         planned_bytes=planned,
     )
 

@@ -34,6 +34,7 @@ def build_row(p: RunPlan, o: Outcome) -> dict[str, Any]:
         "kv_tokens_peak": s.kv.get("kv_tokens_peak"),
         "kv_bytes_peak": s.kv.get("kv_bytes_peak"),
         "latency_s": s.latency_s,
+        "device": p.device,
         "prompt_hash": req.prompt_hash,
         "generation_id": p.generation_id,
         "generation_commit": commit() if p.generation_id is not None else None,

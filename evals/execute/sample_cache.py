@@ -14,6 +14,9 @@ record one row of ``prompts``; each store is one transaction, so concurrent writ
 killed mid-write loses only the sample in flight. A lookup reads only the run's keys (the index): its
 time and memory depend on the run, not on the size of the cache.
 
+Place: on one host's filesystem only (WAL needs memory shared between the processes): a folder on a network
+filesystem is replaced by a node-local one before the cache opens (:mod:`evals.execute.cache_place`).
+
 Trust: the folder (``<out_root>/.sample_cache`` made absolute once per run, or ``$SNAPSTREAM_SAMPLE_CACHE``) must be
 a folder, not a link, owned by this user and writable by nobody else, and so must the database and its ``-wal`` and
 ``-shm`` files; else the cache is not used (one warning). A file there that is not this cache's database (foreign,

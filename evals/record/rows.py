@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 BASE_COLUMNS = ["run_id", "fingerprint", "model", "weights", "task", "item_id", "sample_idx", "method"]
 MEASURE_COLUMNS = [
     "seed", "prompt_tokens", "truncated", "gen_tokens", "finish_reason", "thinking_closed",
-    "kv_tokens_peak", "kv_bytes_peak", "compressed", "kv_tokens_mean", "latency_s", "prompt_hash",
+    "kv_tokens_peak", "kv_bytes_peak", "compressed", "kv_tokens_mean", "latency_s", "device", "prompt_hash",
     "generation_id", "generation_commit", "grading_id", "prediction", "answer", "correct",
 ]  # fmt: skip
 

@@ -295,7 +295,8 @@ def git_dirty() -> bool | None:
 def device_info(torch_info: bool = True) -> dict[str, Any]:
     """Platform and CPU count; with ``torch_info`` (a run that loads weights) torch's threads and the GPU too (a
     replay, which imports no torch, leaves them out)."""
-    info: dict[str, Any] = {"platform": platform.platform(), "cpu_count": os.cpu_count()}
+    info: dict[str, Any] = {"platform": platform.platform(), "cpu_count": os.cpu_count(),
+                            "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES")}
     if not torch_info:
         return info
     try:
