@@ -73,8 +73,9 @@ def run_shard(p: RunPlan, replay: Backend | None) -> Path:
                 show_headline(p.run_dir)
                 return p.run_dir
             write_hydra_files(p.run_dir, OmegaConf.to_yaml(p.spec.config))
-            if (read_meta(p.run_dir / META) or {}).get("fingerprint") != p.fingerprint:
-                start_meta(p)  # the first shard to start: the rows of every shard are vouched for by it
+            old = read_meta(p.run_dir / META) or {}
+            if old.get("fingerprint") != p.fingerprint or old.get("status") == "complete":
+                start_meta(p)  # the first shard to start (or a run of other code): it vouches for every shard's rows
             in_run = _run_rows(p)
             own.enter_context(shard_lock(files, wait=True))  # lock order: the run's, then the shard's
         log.info("shard %s of %s: %d of %d items", shard.label, p.run_id, len(items), len(p.items))
