@@ -138,3 +138,14 @@ def test_bad_shard_values_are_one_line(args, message):
     with pytest.raises(ValueError) as err:
         check(compose_cfg([*JOB, *args]), offline=True)
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_command_line_refuses_a_bad_shard_in_one_line(tmp_path, capsys):
+    """``evals.run``'s first step (:func:`evals.cli.precheck`): exit 2, one line, nothing written."""
+    from evals.cli import precheck
+
+    with pytest.raises(SystemExit) as exit_:
+        precheck([*JOB, "shard=3/2", f"out_root={tmp_path}/out"])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and lines == ["error: shard: K/N needs N >= 1 and K in 0..N-1, got 3/2"]
+    assert not (tmp_path / "out").exists()
