@@ -1,5 +1,6 @@
 """The planner's wall clock on ``plan.gpus`` GPUs with ``plan.shards`` shards per job (evals/plan/wallclock.py):
-the schedule's arithmetic, shards' items and hours on a small grid, and the paper grid on 8 GPUs."""
+the schedule's arithmetic, and shards' items and hours on a small grid (the paper grid on 8 GPUs: tests/test_plan.py,
+on the paper grid it plans once)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import pytest
 
 from evals.plan.__main__ import main
 from evals.plan.wallclock import Piece, lpt, shard_items
-from tests.runner_utils import ROOT
 
 WALL = re.compile(r"wall clock on (\d+) GPU\(s\): ([\d.]+) h for ([\d.]+) GPU-hours")
 
@@ -56,25 +56,3 @@ def test_two_jobs_in_two_shards_on_two_gpus(tmp_path):
     code, text, rows = planned([*args, "plan.gpus=2"])  # one piece per job: each GPU runs one job
     assert float(WALL.search(text).group(2)) == pytest.approx(max(hours), abs=0.06)
     assert [int(r["shards"]) for r in rows] == [1, 1]
-
-
-@pytest.fixture(scope="module")
-def paper8(tmp_path_factory):
-    out = tmp_path_factory.mktemp("paper8")
-    return planned(["-m", "+experiment=paper", f"out_root={out}", "plan.gpus=8", "plan.shards=auto"])
-
-
-def test_the_paper_grid_on_8_gpus(paper8):
-    """On 8 GPUs the grid's 131.6 GPU-hours already exceed 8 x its longest job: no split beats the longest job, and
-    auto splits none (splitting adds GPU-hours); the line and docs/plan.md quote the same figures."""
-    code, text, rows = paper8
-    assert code == 0
-    gpus, wall, gpu_hours = WALL.search(text).groups()
-    total = float(re.search(r"GPU-hours: ([\d.]+)", text).group(1))
-    longest = max(float(r["gpu_hours"]) for r in rows)
-    assert gpus == "8" and float(wall) >= max(total / 8, longest) - 0.05
-    assert float(wall) <= max(total / 8, longest) * 4 / 3
-    line = next(line for line in text.splitlines() if line.startswith("wall clock"))
-    whole = float(re.search(r"([\d.]+) h without shards", line).group(1))
-    assert float(wall) <= whole  # auto never slower than no split
-    assert line in " ".join((ROOT / "docs/plan.md").read_text().split())

@@ -94,7 +94,7 @@ def test_a_plain_run_after_one_shard_generates_only_the_missing_samples(tmp_path
 
 
 def test_a_shard_killed_with_sigkill_resumes_and_loses_nothing(tmp_path):
-    args = [*TINY, "task=needle", "task.context_tokens=1024", "task.n_items=24", "compression=snapstream",
+    args = [*TINY, "task=needle", "task.context_tokens=1024", "task.n_items=12", "compression=snapstream",
             "compression.prompt_budget=64", "compression.recent=8", "compression.window=16",
             f"out_root={tmp_path}", "shard=0/2"]
     proc = subprocess.Popen([sys.executable, "-m", "evals.run", *args], cwd=ROOT, stdout=subprocess.DEVNULL,
@@ -103,7 +103,7 @@ def test_a_shard_killed_with_sigkill_resumes_and_loses_nothing(tmp_path):
     deadline, own = time.time() + 240, None
     while time.time() < deadline:
         found = list(tmp_path.rglob("samples.shard-0-of-2.jsonl"))
-        if found and len(found[0].read_text().splitlines()) >= 3:
+        if found and len(found[0].read_text().splitlines()) >= 2:
             own = found[0]
             break
         time.sleep(0.05)
@@ -111,7 +111,7 @@ def test_a_shard_killed_with_sigkill_resumes_and_loses_nothing(tmp_path):
     proc.wait()
     assert own is not None, "the shard wrote no rows in time"
     kept = own.read_text().splitlines()
-    assert len(kept) < 12, "the shard finished before it could be killed"
+    assert len(kept) < 6, "the shard finished before it could be killed"
     with own.open("a") as fh:
         fh.write('{"run_id": "torn')  # what a kill in the middle of a write leaves
     run_dir = run(compose_cfg(args))  # the same command resumes (in-process: the kill was the process part)
@@ -119,8 +119,8 @@ def test_a_shard_killed_with_sigkill_resumes_and_loses_nothing(tmp_path):
     merged = (run_dir / "samples.jsonl").read_text().splitlines()
     assert merged[:len(kept)] == kept  # the rows written before the kill, kept as they were (not generated again)
     keys = [(json.loads(line)["item_id"], json.loads(line)["sample_idx"]) for line in merged]
-    assert len(keys) == len(set(keys)) == 12
-    assert {k for k, _ in keys} == {f"needle-0-{i}" for i in range(0, 24, 2)}
+    assert len(keys) == len(set(keys)) == 6
+    assert {k for k, _ in keys} == {f"needle-0-{i}" for i in range(0, 12, 2)}
     assert meta(run_dir)["status"] == "running"  # shard 1/2 has not run: the run is not complete
 
 
