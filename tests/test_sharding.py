@@ -149,3 +149,24 @@ def test_the_command_line_refuses_a_bad_shard_in_one_line(tmp_path, capsys):
     lines = capsys.readouterr().err.strip().splitlines()
     assert exit_.value.code == 2 and lines == ["error: shard: K/N needs N >= 1 and K in 0..N-1, got 3/2"]
     assert not (tmp_path / "out").exists()
+
+
+def test_two_shards_running_at_once_complete_one_run(tmp_path):
+    """Both shards as processes at the same time (the locks are the subject; replayed completions, so no weights
+    load): one run directory, every sample once, complete, both shards recorded; the plain command afterwards has
+    nothing to do."""
+    ids = [f"needle-0-{i}" for i in range(6)]
+    replay = tmp_path / "c.jsonl"
+    replay.write_text("".join(json.dumps({"item_id": i, "completion": f"x{i}"}) + "\n" for i in ids))
+    args = [*TINY, "task=needle", "task.context_tokens=128", "task.n_items=6", "backend=replay",
+            f"backend.path={replay}", f"out_root={tmp_path}/out"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    procs = [subprocess.Popen([sys.executable, "-m", "evals.run", *args, f"shard={k}/2"], cwd=ROOT, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for k in range(2)]
+    outs = [proc.communicate(timeout=300)[0] for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], outs
+    (run_dir,) = {p.parent for p in (tmp_path / "out").rglob("meta.json")}
+    m = meta(run_dir)
+    assert m["status"] == "complete" and m["n_rows"] == 6 and set(m["shards"]) == {"0/2", "1/2"}
+    assert sorted(k for k, _ in by_key(run_dir)) == ids and not list(run_dir.glob("samples.shard-*"))
+    assert run(compose_cfg(args)) == run_dir and meta(run_dir) == m  # nothing to do: the record as it was
