@@ -18,6 +18,7 @@ import pytest
 
 from evals.config.shard import Shard, parse_shard
 from evals.config.spec import check
+from evals.report.load import collect
 from evals.run import run
 from tests.runner_utils import ROOT, TINY, compose_cfg
 
@@ -85,6 +86,9 @@ def test_a_plain_run_after_one_shard_generates_only_the_missing_samples(tmp_path
     run_dir = run(compose_cfg([*JOB, out, "shard=1/2"]))
     first = rows(run_dir / "samples.jsonl")
     assert len(first) == 4
+    with pytest.raises(ValueError, match="no summary.csv"):  # the report: not a run yet, and says so
+        collect(tmp_path)
+    assert f"{run_dir}: not in the report: a sharded run not finished (shards 1/2 ended" in caplog.text
     caplog.set_level("INFO")
     run(compose_cfg([*JOB, out]))
     assert "4 rows already there, 3 items to go" in caplog.text
