@@ -29,9 +29,10 @@ INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process ended by Ctrl-C
 
 
 def rows_kept(base: Path) -> int:
-    """Rows in the ``samples.jsonl`` under ``base`` (the run directory, or the readable folder above its
-    ``fp-<fingerprint>/``) most recently written."""
-    files = [base / "samples.jsonl", *base.glob("fp-*/samples.jsonl")]
+    """Rows in the ``samples.jsonl`` (or a shard's ``samples.shard-K-of-N.jsonl``) under ``base`` (the run directory,
+    or the readable folder above its ``fp-<fingerprint>/``) most recently written."""
+    files = [base / "samples.jsonl", *base.glob("fp-*/samples.jsonl"), *base.glob("samples.shard-*-of-*.jsonl"),
+             *base.glob("fp-*/samples.shard-*-of-*.jsonl")]  # a shard's own rows (docs/sharding.md)
     files = [f for f in files if f.is_file()]
     if not files:
         return 0

@@ -60,7 +60,7 @@ def test_the_paper_grid_check_is_offline_and_imports_no_torch():
 
 
 def test_a_finished_run_prints_its_score_and_a_rerun_loads_no_weights(tmp_path, caplog, monkeypatch):
-    import evals.execute.loop as loop
+    import evals.execute.generate as generate
     from evals.run import run as run_cfg
 
     cfg = compose_cfg([*TINY, "task=needle", "task.limit=2", "task.context_tokens=128", "gen.max_new_tokens=4",
@@ -77,7 +77,7 @@ def test_a_finished_run_prints_its_score_and_a_rerun_loads_no_weights(tmp_path, 
     def no_backend(*args, **kwargs):
         raise AssertionError("a complete run must not build a backend")
 
-    monkeypatch.setattr(loop, "make_backend", no_backend)
+    monkeypatch.setattr(generate, "make_backend", no_backend)
     caplog.clear()
     with caplog.at_level(logging.INFO):
         assert run_cfg(cfg) == run_dir

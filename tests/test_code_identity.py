@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import evals.execute.code_identity as code_identity
-import evals.execute.loop as loop
+import evals.execute.generate as generate
 import evals.execute.prepare as prepare
 import tasks.livecodebench as lcb
 import tasks.longbench_v2 as longbench
@@ -26,12 +26,12 @@ NEEDLE = ["task=needle", "task.context_tokens=256", "task.n_items=4", "task.limi
 def generated(monkeypatch):
     """Samples the backend produced; the sample cache turned on for the test."""
     count = {"n": 0}
-    monkeypatch.setattr(loop, "produce", counting_from(count))
+    monkeypatch.setattr(generate, "produce", counting_from(count))
     monkeypatch.delenv("SNAPSTREAM_SAMPLE_CACHE", raising=False)
     return count
 
 
-def counting_from(count: dict, produce=loop.produce):
+def counting_from(count: dict, produce=generate.produce):
     def counting(*args, **kwargs):
         for ended in produce(*args, **kwargs):
             count["n"] += len(ended)
@@ -61,7 +61,7 @@ def test_a_scorer_change_regrades_the_reused_completion(tmp_path, generated, mon
     old = rows(first)
     assert generated["n"] == 2 and all(r["generation_id"] and r["grading_id"] for r in old)
     a_new_scorer(monkeypatch)
-    monkeypatch.setattr(loop, "make_backend", lambda *a, **k: pytest.fail("a backend was built"))
+    monkeypatch.setattr(generate, "make_backend", lambda *a, **k: pytest.fail("a backend was built"))
     second = run(tmp_path, tmp_path / "second")
     new = rows(second)
     assert generated["n"] == 2  # the completions were reused ...
@@ -73,7 +73,7 @@ def test_a_scorer_change_regrades_the_reused_completion(tmp_path, generated, mon
     assert all(r["scored_by"] == "new" and "regraded_from" in r for r in rows(third))
     monkeypatch.undo()  # the backend again, and ...
     monkeypatch.delenv("SNAPSTREAM_SAMPLE_CACHE", raising=False)
-    monkeypatch.setattr(loop, "produce", counting_from(generated))
+    monkeypatch.setattr(generate, "produce", counting_from(generated))
     monkeypatch.setattr(prepare, "generation_id", lambda task: "other-generating-code")  # ... other generating code
     fourth = run(tmp_path, tmp_path / "fourth")
     assert generated["n"] == 4 and not any("cached_from" in r for r in rows(fourth))  # never served from the cache

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-import evals.execute.loop as loop
+import evals.execute.runmeta as runmeta
 from evals.run import run
 from snapstream_core.methods.base import CompressionMethod
 from tests.runner_utils import TINY, compose_cfg
@@ -25,7 +25,7 @@ def test_a_run_builds_its_method_once(tmp_path, monkeypatch):
     monkeypatch.setenv("SNAPSTREAM_SAMPLE_CACHE", "off")
     cfg = compose_cfg([*TINY, "task=needle", "task.limit=2", "task.context_tokens=256", "gen.max_new_tokens=4",
                        *SNAP, f"out_root={tmp_path}"])
-    monkeypatch.setattr(loop, "show_headline", lambda run_dir: None)
+    monkeypatch.setattr(runmeta, "show_headline", lambda run_dir: None)
     monkeypatch.setattr(CompressionMethod, "__post_init__", counting)  # from here on: the run
     run_dir = run(cfg)
     assert (run_dir / "summary.csv").is_file()

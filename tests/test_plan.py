@@ -24,7 +24,8 @@ PAPER_GOAL_GPU_HOURS = 150  # the grid's goal by the planner's estimate, with th
 
 @pytest.fixture(scope="module")
 def paper(tmp_path_factory):
-    """The paper grid planned in-process with every socket refused: (exit code, stdout, plan.csv rows)."""
+    """The paper grid planned in-process with every socket refused, its wall clock on 8 GPUs: (exit code, stdout,
+    plan.csv rows)."""
     out = tmp_path_factory.mktemp("paper")
     mp = pytest.MonkeyPatch()
 
@@ -40,7 +41,7 @@ def paper(tmp_path_factory):
     buf = io.StringIO()
     try:
         with contextlib.redirect_stdout(buf):
-            code = main(["-m", "+experiment=paper", f"out_root={out}"])
+            code = main(["-m", "+experiment=paper", f"out_root={out}", "plan.gpus=8", "plan.shards=auto"])
     finally:
         mp.undo()
     with open(out / "plan.csv") as fh:
@@ -58,6 +59,20 @@ def test_paper_grid_fits_an_80_gb_card_with_headroom_and_costs_at_most_150_gpu_h
     printed = float(text.split("GPU-hours: ", 1)[1].split()[0])
     assert printed == pytest.approx(hours, abs=0.1)
     assert "every job fits" in text
+
+
+def test_the_paper_grid_on_8_gpus(paper):
+    """On 8 GPUs the grid's GPU-hours / 8 are about its longest job: the wall clock is within LPT's 4/3 of the bound,
+    never slower than no split (``auto`` keeps that when splitting does not help: splitting adds GPU-hours), and the
+    line is the one docs/plan.md quotes (evals/plan/wallclock.py)."""
+    code, text, rows = paper
+    gpus, wall, _ = re.search(r"wall clock on (\d+) GPU\(s\): ([\d.]+) h for ([\d.]+) GPU-hours", text).groups()
+    total = float(re.search(r"GPU-hours: ([\d.]+)", text).group(1))
+    longest = max(float(r["gpu_hours"]) for r in rows)
+    assert gpus == "8" and max(total / 8, longest) - 0.05 <= float(wall) <= max(total / 8, longest) * 4 / 3
+    line = next(line for line in text.splitlines() if line.startswith("wall clock"))
+    assert float(wall) <= float(re.search(r"([\d.]+) h without shards", line).group(1))
+    assert line in _quoted("docs/plan.md")
 
 
 def test_the_full_cache_longbench_estimate_holds_the_weights_and_a_128k_cache(paper):

@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-import evals.execute.loop
+import evals.execute.generate
 from evals.report.render import write_report
 from evals.run import run
 from tests.runner_utils import TINY, compose_cfg
@@ -36,7 +36,7 @@ def test_a_budget_holding_everything_copies_the_full_cache_rows_without_loading_
         raise AssertionError("a copied run builds no backend")
 
     with monkeypatch.context() as m:
-        m.setattr(evals.execute.loop, "make_backend", no_backend)
+        m.setattr(evals.execute.generate, "make_backend", no_backend)
         copied = run(compose_cfg([*base, *KEEPS_ALL]))
     meta = json.loads((copied / "meta.json").read_text())
     assert meta["status"] == "complete" and meta["same_as"] == str(full) and meta["n_rows"] == 4

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-import evals.execute.loop as loop
+import evals.execute.generate as generate
 from evals.execute.identity import fingerprint
 from evals.execute.sample_cache import DIRNAME, cache_dir, sample_key_base
 from evals.run import run as run_cfg
@@ -20,16 +20,17 @@ VARYING = {"run_id", "fingerprint", "cached_from"}
 
 @pytest.fixture
 def generated(monkeypatch):
-    """The number of samples the backend produced (every finished sample passes through ``_produce``)."""
+    """The number of samples the backend produced (every finished sample passes through
+    :func:`evals.execute.work.produce`, as :mod:`evals.execute.generate` calls it)."""
     count = {"n": 0}
-    produce = loop.produce
+    produce = generate.produce
 
     def counting(*args, **kwargs):
         for ended in produce(*args, **kwargs):
             count["n"] += len(ended)
             yield ended
 
-    monkeypatch.setattr(loop, "produce", counting)
+    monkeypatch.setattr(generate, "produce", counting)
     monkeypatch.delenv("SNAPSTREAM_SAMPLE_CACHE", raising=False)
     return count
 
@@ -64,7 +65,7 @@ def test_a_larger_limit_generates_only_the_new_item_and_says_where_the_others_ca
 
 def test_another_run_directory_with_the_same_identity_reuses_without_a_backend(tmp_path, generated, monkeypatch):
     first = run(tmp_path, "task.limit=2")
-    monkeypatch.setattr(loop, "make_backend", lambda *a, **k: pytest.fail("a backend was built"))
+    monkeypatch.setattr(generate, "make_backend", lambda *a, **k: pytest.fail("a backend was built"))
     other = run(tmp_path, "task.limit=2", run_dir=tmp_path / "elsewhere")
     assert generated["n"] == 2
     assert [r["cached_from"] for r in rows(other)] == [r["run_id"] for r in rows(first)]

@@ -123,7 +123,7 @@ def test_search_end_to_end_reuses_resumes_and_agrees_with_the_report(tmp_path, c
     def no_generation(*a, **k):
         raise AssertionError("a finished search generated again")
 
-    monkeypatch.setattr("evals.execute.loop.make_backend", no_generation)
+    monkeypatch.setattr("evals.execute.generate.make_backend", no_generation)
     assert main(args) == 0
     assert pd.read_csv(tmp_path / "search.csv").equals(first)
 

@@ -20,8 +20,10 @@ from evals.config.defaults import DEFAULT_MEMORY_GIB
 from evals.config.gen import GenSettings, gen_settings
 from evals.config.gpus import check_slots, parse_gpus, visible_devices
 from evals.config.models import check_model_config
+from evals.config.planner_knobs import check_planner_knobs
 from evals.config.registry import backend_traits
 from evals.config.shape import positions_of, rope_of, shape_from_model
+from evals.config.shard import Shard, parse_shard
 from snapstream_core.api import compression_from_config
 from snapstream_core.methods.base import CompressionMethod
 from snapstream_core.sampling import SamplingConfig
@@ -64,6 +66,7 @@ class RunSpec:
     log_every: int
     memory_gib: float
     gpus: tuple[int, ...] | None = None  # GPU slots a job claims one of (evals.config.gpus); None: no pinning
+    shard: Shard | None = None  # shard=K/N: this process runs part K of the job's items (None: all of them)
 
     @property
     def sampling(self) -> SamplingConfig:
@@ -81,11 +84,17 @@ def resolve(cfg: DictConfig) -> dict[str, Any]:
         raise ValueError(f"{key}: {first}" if key else f"config: {first}") from None
 
 
-def check(cfg: DictConfig, *, offline: bool = False) -> RunSpec:
+def check(cfg: DictConfig, *, offline: bool = False, planning: bool = False) -> RunSpec:
     """Validate the whole config (raises ``ValueError`` naming the field) without reading data or loading a model;
-    returns the run's :class:`RunSpec`."""
+    returns the run's :class:`RunSpec`. ``planning``: the caller is the planner (``python -m evals.plan``), which
+    reads ``plan.gpus`` and ``plan.shards``; a run refuses them (one device per process: ``shard=K/N``)."""
     container = resolve(cfg)
     strict.check(container)  # booleans, integers and appended keys, by type
+    check_planner_knobs(container.get("plan") or {}, planning=planning)
+    shard = parse_shard(container.get("shard"))
+    if shard is not None and container.get("overwrite"):
+        raise ValueError(f"shard: overwrite=true clears the run directory the other shards write into; run the "
+                         f"plain command with overwrite=true first, then the shards (got shard={shard.label})")
     task = get_task(cfg.task.get("module") or cfg.task.name)  # `module`: a task module serving many names (lm_eval)
     _check_task_source(container["task"])
     validate = hook(task, "validate")
@@ -133,6 +142,7 @@ def check(cfg: DictConfig, *, offline: bool = False) -> RunSpec:
         log_every=int(container.get("log_every") or 0),
         memory_gib=float((container.get("plan") or {}).get("memory_gib", DEFAULT_MEMORY_GIB)),
         gpus=gpus,
+        shard=shard,
     )
 
 

@@ -1,5 +1,6 @@
 """``python -m evals.plan [-m] key=value ...``: plan every job of an ``evals.run`` command line (no data, no
-weights, no network): ``<out_root>/plan.csv``, the table and its totals; when jobs cannot fit ``plan.memory_gib``,
+weights, no network): ``<out_root>/plan.csv``, the table and its totals, and the grid's wall clock on ``plan.gpus``
+GPUs with ``plan.shards`` shards per job (:mod:`evals.plan.wallclock`); when jobs cannot fit ``plan.memory_gib``,
 exit 2 with one line per distinct cause (:mod:`evals.plan.unfit`) and no table."""
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ def main(argv: list[str]) -> int:
     from evals.plan.planner import plan_jobs
     from evals.plan.table import render, write_csv
     from evals.plan.unfit import unfit_lines
+    from evals.plan.wallclock import wall_clock
 
     logging.getLogger("snapstream_core.api").setLevel(logging.ERROR)  # "none keeps the full cache: ... not used"
     try:
@@ -31,22 +33,27 @@ def main(argv: list[str]) -> int:
         jobs = []
         for overrides, container in composed:
             try:
-                spec = check(OmegaConf.create(container), offline=True)  # evals.run's own check: it refuses, so do we
+                # evals.run's own check: what it refuses, so do we (plan.gpus and plan.shards are ours)
+                spec = check(OmegaConf.create(container), offline=True, planning=True)
                 jobs.append(job_from_spec(spec))
             except ValueError as exc:
                 raise UserError(f"{' '.join(overrides)}: {exc}") from None
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    memory_gib = float((composed[0][1].get("plan") or {}).get("memory_gib", DEFAULT_MEMORY_GIB))
+    knobs = composed[0][1].get("plan") or {}
+    memory_gib = float(knobs.get("memory_gib", DEFAULT_MEMORY_GIB))
+    gpus, shards = int(knobs.get("gpus") or 1), knobs.get("shards") or 1  # checked by check(): >= 1, or auto
     planned = plan_jobs(jobs)
     bad = unfit_lines(planned, memory_gib)
     if bad:  # one line per distinct cause; no table of jobs that cannot run, no plan.csv
         for line in bad:
             print(f"error: {line}", file=sys.stderr)
         return 2
-    path = write_csv(planned, Path(jobs[0].out_root) / "plan.csv")
-    print(render(planned, memory_gib))
+    wall = wall_clock(planned, gpus, shards)
+    unsharded = wall_clock(planned, gpus, 1).hours if shards != 1 else None
+    path = write_csv(planned, Path(jobs[0].out_root) / "plan.csv", wall)
+    print(render(planned, memory_gib, wall, shards, unsharded))
     print(f"wrote {path}")
     return 0
 

@@ -9,12 +9,13 @@ from evals.plan.cost import mean_prompt_tokens, read_slots, step_terms
 from evals.plan.device import GIB
 from evals.plan.job import peak_terms
 from evals.plan.planner import Planned
+from evals.plan.wallclock import WallClock, wall_line
 
 COLUMNS = (
     "model", "task", "compression", "prompt_budget", "recent", "n_items", "n_samples", "rows", "slots",
     "max_prompt_tokens", "mean_prompt_tokens", "mean_gen_tokens", "peak_gib", "weights_gib", "prefill_gib",
     "rows_gib", "read_slots", "step_ms", "step_bandwidth_ms", "step_compute_ms", "prefill_hours", "decode_hours",
-    "gpu_hours", "same_as", "reason", "run_dir",
+    "gpu_hours", "shards", "shard_hours", "same_as", "reason", "run_dir",
 )
 TODAY_COMPILED_GPU_HOURS = 750  # the paper grid's estimate before rows were planned (after its OOM fixes), compiled
 TODAY_EAGER_GPU_HOURS = 1940
@@ -43,13 +44,16 @@ def row(p: Planned) -> dict:
     }
 
 
-def write_csv(planned: list[Planned], path: Path) -> Path:
+def write_csv(planned: list[Planned], path: Path, wall: WallClock | None = None) -> Path:
+    """``plan.csv``; with ``wall``, each job's shards and its longest shard's GPU-hours (else 1 and its own)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=COLUMNS)
         w.writeheader()
-        for p in planned:
-            w.writerow(row(p))
+        for k, p in enumerate(planned):
+            shards = (wall.shards[k], round(wall.longest[k], 3)) if wall is not None else (
+                int(p.gpu_hours > 0), round(p.gpu_hours, 3))
+            w.writerow({**row(p), "shards": shards[0], "shard_hours": shards[1]})
     return path
 
 
@@ -69,8 +73,11 @@ def totals(planned: list[Planned]) -> dict:
     }
 
 
-def render(planned: list[Planned], memory_gib: float) -> str:
-    """The table (one line per job) and the totals, as printed by ``python -m evals.plan``."""
+def render(planned: list[Planned], memory_gib: float, wall: WallClock | None = None, shards: int | str = 1,
+           unsharded: float | None = None) -> str:
+    """The table (one line per job) and the totals, as printed by ``python -m evals.plan``; with ``wall``, the
+    wall clock of the grid on ``wall.gpus`` GPUs (:mod:`evals.plan.wallclock`) beside its GPU-hours (and
+    ``unsharded``, the same GPUs' wall clock with one piece per job)."""
     head = f"{'model':22} {'task':14} {'method':13} {'budget':>6} {'n':>3} {'rows':>4} {'slots':>6} " \
            f"{'peak GiB':>8} {'GPU-h':>7}  same as"
     lines = [head, "-" * len(head)]
@@ -89,6 +96,7 @@ def render(planned: list[Planned], memory_gib: float) -> str:
         f"GPU-hours: {t['gpu_hours']:.1f} ({t['gpu_hours_without_dedup']:.1f} without deduplication); "
         f"{t['gpu_hours'] / TODAY_COMPILED_GPU_HOURS:.2f}x the estimate of this grid before rows were planned "
         f"(~{TODAY_COMPILED_GPU_HOURS} compiled, ~{TODAY_EAGER_GPU_HOURS} eager)",
+        *([wall_line(wall, shards, unsharded)] if wall is not None else []),
         f"largest peak {t['max_peak_gib']:.1f} GiB of plan.memory_gib={memory_gib:g}"
         + (f"; {t['unfit']} job(s) do not fit" if t["unfit"] else "; every job fits"),
     ]

@@ -48,12 +48,12 @@ def run_lock(run_dir: Path) -> Iterator[None]:
         os.close(fd)  # closing the descriptor releases the lock
 
 
-def refuse_symlinks(run_dir: Path) -> None:
+def refuse_symlinks(run_dir: Path, extra: tuple[str, ...] = ()) -> None:
     """A run never writes through a symbolic link, and reads and writes only regular files: a linked
     ``samples.jsonl`` would have the run append to (or cut the torn tail of) whatever it points to; a FIFO, socket or
     device there would block the run forever on its first read. Refused before anything is opened (``ValueError``
     naming the path; ``os.lstat`` only: nothing at the path is opened or followed)."""
-    names = (*RESULT_FILES, *(f".{n}.tmp" for n in RESULT_FILES), LOCK, ".hydra", "plots", *HYDRA_FILES)
+    names = (*RESULT_FILES, *(f".{n}.tmp" for n in RESULT_FILES), LOCK, ".hydra", "plots", *HYDRA_FILES, *extra)
     folders = (".hydra", "plots")
     for name in names:
         path = run_dir / name
@@ -177,10 +177,13 @@ def _diff_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
 
 
 def clear_results(run_dir: Path) -> None:
-    """``overwrite=true``: remove the result files, the headline ``results.json`` included, before anything else is
-    written (a re-run killed early never leaves the old scores beside no rows); ``.hydra/`` stays."""
+    """``overwrite=true``: remove the result files, the headline ``results.json`` and shards' rows included, before
+    anything else is written (a re-run killed early never leaves the old scores beside no rows); ``.hydra/`` stays."""
     for name in RESULT_FILES:
         (run_dir / name).unlink(missing_ok=True)
+    for pattern in ("samples.shard-*-of-*.jsonl", "prompts.shard-*-of-*.jsonl.gz"):  # evals/record/shard_files.py
+        for path in run_dir.glob(pattern):
+            path.unlink(missing_ok=True)
     shutil.rmtree(run_dir / "plots", ignore_errors=True)
 
 

@@ -146,6 +146,20 @@ def _where(frame: pd.DataFrame, index) -> str:
     return f": metric {row['metric']}{group}"
 
 
+def unfinished_shards(root: Path) -> list[Path]:
+    """Run directories under ``root`` whose shards (``shard=K/N``, docs/sharding.md) have not finished the run: not in
+    the report (no ``summary.csv`` yet), each said in one warning naming the shards that have ended."""
+    out = []
+    for path in sorted(root.rglob("meta.json")):
+        meta = run_meta(path.parent)
+        shards = meta.get("shards")
+        if isinstance(shards, dict) and shards and meta.get("status") != "complete":
+            out.append(path.parent)
+            log.warning("%s: not in the report: a sharded run not finished (shards %s ended; the other shards, or the "
+                        "plain command without shard=, finish it)", path.parent, ", ".join(sorted(shards)))
+    return out
+
+
 def collect(root: Path) -> pd.DataFrame:
     """All summary rows under ``root`` (a run directory or a tree of them); a run whose ``summary.csv`` cannot be
     read (:func:`read_summary`), whose ``meta.json`` cannot (:func:`read_meta`) or whose ``samples.csv`` is not a
@@ -154,6 +168,7 @@ def collect(root: Path) -> pd.DataFrame:
     Each row gets its run's ``backend``, ``generation_id`` and ``grading_id`` (from its rows,
     :mod:`evals.report.likeness`; several joined by `` + ``) and ``engine_key`` (:func:`engine_key`)."""
     files = sorted(p for p in root.rglob("summary.csv") if p.name == "summary.csv")
+    unfinished_shards(root)
     if not files:
         raise ValueError(f"DIR: no summary.csv under {root}")
     frames = []
