@@ -1,4 +1,4 @@
-"""Figures per (model, task): the accuracy–memory frontier and the metric against the prompt budget.
+"""Figures per (model, task): the accuracy–memory frontier and the metric against each method's budget.
 
 - ``frontier__<task>__<model>.png``: the headline metric (95% interval as error bars) against the **measured** KV
   memory held per sequence (``mean_kv_bytes_peak``, else ``mean_kv_tokens_peak``; log scale), one line per method
@@ -6,12 +6,18 @@
   footprint at ``gen.max_new_tokens`` (:mod:`evals.report.footprint`), where a ring that holds more than the full cache
   on short generations holds less. Methods are compared at the
   memory they really hold, not at their nominal budget.
-- ``budget__<task>__<model>.png``: the same metric against ``prompt_budget`` (log scale, plain tick labels), with each
-  line's effective footprint in its legend (``holds ≈ budget + N``: the measured peak minus the budget).
+- ``budget__<task>__<model>.png``: the same metric against each method's own budget knob
+  (``CompressionMethod.budget_knob``: ``prompt_budget``, or ``budget`` for the decode-time methods; log scale, plain
+  tick labels at the budgets run), one curve per method variant across its budgets (:func:`budget_series`: runs equal
+  in everything but the budget), what the budget caps in the legend (``rkv (caps cache)``, ``snapkv (caps prompt)``)
+  with each curve's effective footprint (``holds ≈ budget + N``: the measured peak minus the budget), the full cache
+  as a dashed line and band. The x label names each method's knob.
 
-Lines differ in colour, marker and dash; markers are hollow and shrink from line to line, so that lines that
-coincide stay visible on top of each other. Rates are drawn on a fixed 0–100 axis. A point without an interval is
-marked ``n.m.`` (not meaningful), never drawn as if certain; a log axis always has at least two labelled ticks.
+Lines differ in colour, marker and dash; markers are hollow and shrink from line to line, and on the budget plot each
+curve is offset sideways by a few percent (:func:`offsets`), so that lines that coincide stay visible; curves equal
+at every budget are named under the axis (:func:`coinciding`). Legends sit outside the axes and figures are saved
+with every label inside the image. Rates are drawn on a fixed 0–100 axis. A point without an interval is marked
+``n.m.`` (not meaningful), never drawn as if certain; a log axis always has at least two labelled ticks.
 """
 
 from __future__ import annotations
