@@ -116,7 +116,7 @@ def test_report_writes_markdown_html_and_plots_and_prints_headline(tmp_path, cap
     text = report.read_text()
     assert "## needle · m: accuracy (%), \\[95% CI\\] (n items)" in text and "nan" not in text  # [ ] escaped
     assert "**Pipeline check.** 4 of 4 runs have fewer than 20 items: needle (4 runs at n=4)" in text
-    titles = {"frontier": "accuracy vs KV memory held", "budget": "accuracy vs prompt budget"}
+    titles = {"frontier": "accuracy vs KV memory held", "budget": "accuracy vs each method's budget"}
     for kind in ("frontier", "budget"):
         png = tmp_path / "plots" / f"{kind}__needle__m.png"
         assert png.stat().st_size > 0 and f"![needle · m: {titles[kind]}](plots/{png.name})" in text

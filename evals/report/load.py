@@ -76,6 +76,37 @@ def engine_key(meta: dict) -> str | None:
     return _key(meta, ("compression", "backend"))
 
 
+# What a run's settings beyond its method are (a curve's series key): the identity less what other columns carry
+# (compression: the method and its knobs; task: task_config; backend: the engine, in every label where it varies)
+NOT_SETTINGS = ("compression", "task", "backend")
+
+
+def run_settings(meta: dict) -> str:
+    """The run's identity less :data:`NOT_SETTINGS` as sorted JSON (model, weights, sampling, harness); empty when
+    there is no identity. Two runs of one method and task configuration are one curve only when these are equal."""
+    identity = meta.get("identity")
+    if not isinstance(identity, dict):
+        return ""
+    return json.dumps({k: v for k, v in identity.items() if k not in NOT_SETTINGS}, sort_keys=True, default=str)
+
+
+def differing_settings(texts: list[str]) -> dict[str, str]:
+    """``settings JSON -> name`` for runs that must not share a curve: the flattened keys whose values differ among
+    ``texts`` (``gen.max_new_tokens=8``), ``settings <hash>`` when no key names the difference, ``settings unknown``
+    for an empty text among others; empty when all are equal."""
+    unique = list(dict.fromkeys(texts))
+    if len(unique) < 2:
+        return {}
+    flats = {t: _flat(json.loads(t)) for t in unique if t}
+    keys = sorted({k for f in flats.values() for k in f})
+    differ = [k for k in keys if len({_text(f.get(k)) for f in flats.values()}) > 1]
+    named = {"": "settings unknown"} if "" in unique else {}
+    for text, flat in flats.items():
+        named[text] = (", ".join(f"{k}={_text(flat.get(k))}" for k in differ) if differ
+                       else f"settings {hashlib.sha256(text.encode()).hexdigest()[:8]}")
+    return named
+
+
 def _relative(run_dir: str | None, root: Path) -> str | None:
     """A run directory named in ``meta.json`` (``same_as``: the full-cache run whose rows a run copied), relative
     to the report's root when it lies under it."""
@@ -193,6 +224,7 @@ def collect(root: Path) -> pd.DataFrame:
             frame["fingerprint"] = meta.get("fingerprint")
         frame["pair_key"] = pair_key(meta)
         frame["engine_key"] = engine_key(meta)
+        frame["run_settings"] = run_settings(meta)
         frame["backend"] = id_text(code.backend)
         frame["generation_id"] = id_text(code.generation)
         frame["grading_id"] = id_text(code.grading)

@@ -42,6 +42,12 @@ UNITS_NOTE = ("Units: rates (accuracy, pass@k, cons@n, answered, key_prefix, sha
               "in one table, curve or comparison: a task with several is titled with the settings that differ. "
               "Throughput is generated tokens per wall second of generation, with the rows held at once; latency is "
               "per sample. A dash: the value does not apply.").replace("{small}", str(SMALL_N))
+UNITS_TITLE = "How to read the numbers"
+FIGURES_NOTE = ("Budget plots: one curve per method across its own budget knob (compression.prompt_budget, or "
+                "compression.budget for the decode-time methods), with what that budget caps in the legend "
+                "(caps prompt: the prompt kept, generated tokens appended; caps cache: the whole cache while "
+                "decoding); the full cache is the dashed line with its 95% band. Memory plots: the same runs against "
+                "the KV memory they held.")
 DELTAS_COLUMNS = ["model", "task", "task_config", "method", "label", "budget", "metric", "unit", "value",
                   "reference", "delta", "ci_low", "ci_high", "p_value", "n_items", "n_run", "n_reference", "subset",
                   "meaningful", "n_acted", "value_acted", "reference_acted", "delta_acted",
@@ -145,8 +151,10 @@ def _per_problem_tables(head: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
 
 
 def _sections(root: Path):
-    """``(summary, head, [(title, table)], deltas, engines, unlike)``: ``unlike`` one line per pair of runs left
-    out of Δ because different code made or graded them (:mod:`evals.report.likeness`)."""
+    """``(summary, head, [(title, table)], deltas, engines, unlike, n_answer)``: ``unlike`` one line per pair of runs
+    left out of Δ because different code made or graded them (:mod:`evals.report.likeness`); the first ``n_answer``
+    tables are the answer (the published references, then each method × budget table with Δ vs the full cache),
+    shown before the units note."""
     summary = collect(root)
     head = headline(summary)
     head["kv_mib_at_max_new"] = kv_at_max_new(head)
@@ -154,7 +162,8 @@ def _sections(root: Path):
     unlike: list[str] = []
     deltas = paired_deltas(head, notes=unlike)
     engines = engine_deltas(head, notes=unlike)
-    tables = [*pivots(summary, head, deltas), ("Every run: headline, Δ vs full cache (on all items and where "
+    answer = pivots(summary, head, deltas)
+    tables = [*answer, ("Every run: headline, Δ vs full cache (on all items and where "
                                                "compression acted), behaviour, throughput",
                                                behaviour_table(head, deltas))]
     if not engines.empty:
@@ -169,7 +178,8 @@ def _sections(root: Path):
     if not references.empty:
         tables.insert(0, ("Published references (ours ± se [95% CI]; published ± se [95% interval]; "
                           "setup: ours (published))", references))
-    return summary, head, tables, deltas, engines, unlike
+    n_answer = len(answer) + int(not references.empty)
+    return summary, head, tables, deltas, engines, unlike, n_answer
 
 
 def _md(df: pd.DataFrame) -> str:
@@ -186,11 +196,12 @@ def figure_title(path: Path) -> str:
     kind, _, rest = path.stem.partition("__")
     task, _, model = rest.partition("__")
     task = task.replace("~", " ")
-    what = {"frontier": "accuracy vs KV memory held", "budget": "accuracy vs prompt budget"}.get(kind, kind)
+    what = {"frontier": "accuracy vs KV memory held", "budget": "accuracy vs each method's budget"}.get(kind, kind)
     return f"{task} · {model}: {what}"
 
 
-def _html(root: Path, head: pd.DataFrame, tables, plots: list[Path], notes: list[str] = ()) -> str:
+def _html(root: Path, head: pd.DataFrame, tables, plots: list[Path], notes: list[str] = (), n_answer: int = 0) -> str:
+    """The report as one page: the figures and the answer tables first, then the units note, then the rest."""
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'>",
         f"<title>Report: {html.escape(str(root))}</title>",
@@ -201,16 +212,20 @@ def _html(root: Path, head: pd.DataFrame, tables, plots: list[Path], notes: list
         f"<h1>Report: {html.escape(str(root))}</h1>",
         f"<p>{head['run'].nunique()} runs.</p>",
         *[f"<p><b>{html.escape(n.lstrip('> ').replace('**', ''))}</b></p>" for n in notes if n],
-        f"<p>{html.escape(UNITS_NOTE)}</p><h2>Figures</h2>",
+        "<h2>Figures</h2>",
     ]
     for path in plots:
         data = base64.b64encode(path.read_bytes()).decode("ascii")
         title = html.escape(figure_title(path))
         parts.append(f"<h3>{title}</h3><img alt='{title}' src='data:image/png;base64,{data}'>")
-    for title, table in tables:
+    for i, (title, table) in enumerate(tables):
+        if i == n_answer:
+            parts.append(f"<h2>{UNITS_TITLE}</h2><p>{html.escape(UNITS_NOTE)}</p>")
         parts.append(f"<h2>{html.escape(title)}</h2>")
         # a wide table (the "Every run" one has 22 columns) scrolls inside its own box, the page keeps its width
         parts.append(f"<div class='scroll'>{table.to_html(index=False, na_rep='—', border=0)}</div>")
+    if n_answer >= len(tables):
+        parts.append(f"<h2>{UNITS_TITLE}</h2><p>{html.escape(UNITS_NOTE)}</p>")
     parts.append("</body></html>")
     return "\n".join(parts)
 
@@ -231,7 +246,7 @@ def copied_notes(summary: pd.DataFrame) -> list[str]:
 def write_report(root: Path) -> tuple[Path, pd.DataFrame]:
     """Write ``summary_all.csv``, ``plots/``, ``report.md`` and ``report.html`` under ``root``; return the
     markdown report's path and the headline (one row per run)."""
-    summary, head, tables, deltas, engines, unlike = _sections(root)
+    summary, head, tables, deltas, engines, unlike, n_answer = _sections(root)
     plots = plot(head, root / "plots")
     banner = small_n_banner(head)
     notes = inversion_notes(head)
@@ -239,8 +254,11 @@ def write_report(root: Path) -> tuple[Path, pd.DataFrame]:
     subsets = subset_notes(deltas, head)
     lines = [f"# Report: {md_text(root)}", "", f"{head['run'].nunique()} runs, {len(summary)} summary rows.", ""]
     lines += [banner, ""] if banner else []
-    lines += [UNITS_NOTE, "", "## Figures", ""]
+    lines += ["## Figures", "", FIGURES_NOTE, ""]
     lines += [f"![{md_text(figure_title(p))}](plots/{p.name})" for p in plots] + [""]
+    for title, table in tables[:n_answer]:  # the answer: each method at each budget, Δ vs the full cache
+        lines += [f"## {md_text(title)}", "", _md(table), ""]
+    lines += [f"## {UNITS_TITLE}", "", UNITS_NOTE, ""]
     if unlike:
         lines += [f"## {UNLIKE_TITLE}", "", UNLIKE_NOTE, ""]
         lines += [f"- {md_text(n)}" for n in unlike] + [""]
@@ -253,12 +271,12 @@ def write_report(root: Path) -> tuple[Path, pd.DataFrame]:
     if subsets:
         lines += ["## Paired on fewer items than a run scored", ""]
         lines += [f"- {md_text(n)}" for n in subsets] + [""]
-    for title, table in tables:
+    for title, table in tables[n_answer:]:
         lines += [f"## {md_text(title)}", "", _md(table), ""]
     path = root / "report.md"
-    page = _html(root, head, tables, plots, [banner or "", *unlike, *notes, *copied, *subsets])
-    summary_all = summary.drop(columns=["run_dir", "pair_key", "engine_key", "task_settings"], errors="ignore").to_csv(
-        index=False)
+    page = _html(root, head, tables, plots, [banner or "", *unlike, *notes, *copied, *subsets], n_answer)
+    internal = ["run_dir", "pair_key", "engine_key", "task_settings", "run_settings"]
+    summary_all = summary.drop(columns=internal, errors="ignore").to_csv(index=False)
     with Batch() as batch:  # all four in place, or (a full disk) the earlier four as they were
         batch.write(root / "summary_all.csv", summary_all)
         batch.write(root / "deltas.csv", deltas_table(head, deltas, engines).to_csv(index=False))

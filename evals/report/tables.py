@@ -57,10 +57,18 @@ def task_rank(task: str) -> int:
     return TASK_ORDER.index(task) if task in TASK_ORDER else len(TASK_ORDER)
 
 
+def budget_knobs() -> set[str]:
+    """Every method's budget knob (``CompressionMethod.budget_knob``: ``prompt_budget``, ``budget``): the report's one
+    budget axis (:func:`evals.report.load.budget_axis` copies each run's own knob into ``prompt_budget``)."""
+    return {cls.budget_knob for cls in METHODS.values()}
+
+
 def variant_knobs(frame: pd.DataFrame) -> list[str]:
-    """The method knobs (from the method dataclasses) that can tell lines of one method apart: all but the budget,
-    which is the x axis / column, and only those the summaries have."""
-    return [k for k in knob_names() if k != "prompt_budget" and k in frame.columns]
+    """The method knobs (from the method dataclasses) that can tell lines of one method apart: all but the budget
+    knobs (a run's own budget is the x axis / column, so R-KV's ``budget`` never splits its curve), and only those
+    the summaries have."""
+    axis = budget_knobs()
+    return [k for k in knob_names() if k not in axis and k in frame.columns]
 
 
 def primary_metric(task: str, frame: pd.DataFrame) -> str:
@@ -112,15 +120,22 @@ def _label_knobs(method: str, frame: pd.DataFrame) -> list[str]:
 
 def assign_labels(head: pd.DataFrame) -> pd.Series:
     """A label per run that tells apart every two runs of one (model, task) that would share a line or a cell:
-    the method, then its knobs that vary, then the engine (``none · vllm``) where runs of several backends are
-    side by side (never pooled), then (if two runs still collide) the run's fingerprint or directory."""
+    the method, then its knobs that vary (never its budget, the x axis), then its other settings that vary
+    (``run_settings``: sampling, model; ``gen.max_new_tokens=8``), then the engine (``none · vllm``) where runs of
+    several backends are side by side (never pooled), then (if two runs still collide) the run's fingerprint or
+    directory. Runs of one label differ in their budget only: one curve of the budget plot."""
+    from evals.report.load import differing_settings
+
     labels = pd.Series("", index=head.index, dtype=object)
     for _, frame in with_config(head).groupby(GROUP, sort=False):
         engines = frame["backend"].nunique() > 1 if "backend" in frame.columns else False
         for method, part in frame.groupby("method", sort=False):
             varying = [k for k in _label_knobs(method, part) if part[k].nunique(dropna=False) > 1]
+            settings = (part["run_settings"].fillna("").astype(str) if "run_settings" in part.columns
+                        else pd.Series("", index=part.index))
+            named = differing_settings(settings.tolist())
             for idx, row in part.iterrows():
-                extra = ", ".join(f"{k}={fmt(row[k])}" for k in varying)
+                extra = ", ".join([*(f"{k}={fmt(row[k])}" for k in varying), *filter(None, [named.get(settings[idx])])])
                 labels[idx] = f"{method} ({extra})" if extra else str(method)
                 if engines:
                     labels[idx] += f" · {row['backend']}"
@@ -155,7 +170,7 @@ def headline(summary: pd.DataFrame) -> pd.DataFrame:
     knobs = [k for k in identity_extra() if k != "run_id" and k in out.columns]
     cols = ["model", "task", "task_config", "method", "prompt_budget", "recent", *knobs]
     keep = [*cols, "metric", "value", "stderr", "ci_lo", "ci_hi", "unit", "n", "run_id", "run", "run_dir",
-            "fingerprint", "pair_key", *[c for c in CODE_COLUMNS if c in out.columns]]
+            "fingerprint", "pair_key", *[c for c in (*CODE_COLUMNS, "run_settings") if c in out.columns]]
     out = out[keep].drop_duplicates("run")
     extra = summary[(summary["group"] == "all") & summary["metric"].isin(BEHAVIOUR)]
     wide = extra.pivot_table(index="run", columns="metric", values="value", aggfunc="first")

@@ -62,7 +62,7 @@ def search_one(combo: list[str], opts: SearchOptions) -> str:
     out_root = Path(str(cfg.out_root))
     table = output.rows(model, task, method, steps, opts.max_loss, opts.alpha, ratios, overrides=combo)
     line = output.answer_line(steps, opts.max_loss, opts.alpha, reference.unit, ratios)
-    output.record(out_root, title, table, steps, opts.max_loss, opts.alpha, say)  # never raises: one line each
+    output.record(out_root, title, table, steps, opts.max_loss, opts.alpha, say, method)  # never raises
     say(line)
     return line
 

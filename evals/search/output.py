@@ -9,6 +9,7 @@ import json
 import logging
 import math
 import os
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
@@ -107,14 +108,15 @@ def _earlier(path: Path) -> pd.DataFrame | None:
 
 
 def record(out_root: Path, title: str, table: pd.DataFrame, steps: list[Step], max_loss: float, alpha: float,
-           say: Callable[[str], None]) -> None:
-    """Write ``search.csv`` (:func:`write_csv`) and the plot (:func:`plot`), saying what was written; a file that
-    cannot be written is one line saying why, never an exception: the search's answer line follows either way."""
+           say: Callable[[str], None], method: str | None = None) -> None:
+    """Write ``search.csv`` (:func:`write_csv`) and the plot (:func:`plot`, its axis named by ``method``'s budget
+    knob), saying what was written; a file that cannot be written is one line saying why, never an exception: the
+    search's answer line follows either way."""
     from evals.record.rundir import os_error_line
 
     wrote = []
     for name, write in (("search.csv", lambda: write_csv(out_root, table)),
-                        ("the plot", lambda: plot(out_root, title, steps, max_loss, alpha))):
+                        ("the plot", lambda: plot(out_root, title, steps, max_loss, alpha, method))):
         try:
             path = write()
         except ValueError as exc:
@@ -144,9 +146,12 @@ def answer_line(steps: list[Step], max_loss: float, alpha: float, unit: str, rat
             f"loss below {max_loss:g} (more items, or a larger margin or budget)")
 
 
-def plot(out_root: Path, title: str, steps: list[Step], max_loss: float, alpha: float) -> Path | None:
+def plot(out_root: Path, title: str, steps: list[Step], max_loss: float, alpha: float,
+         method: str | None = None) -> Path | None:
     """``<out_root>/plots/search__<title>.png``: the headline of each tested budget with its 95% interval against
-    the budget, the full cache as a band (its interval), the margin below it, the chosen budget marked."""
+    the budget, the full cache as a band (its interval), the margin below it, the chosen budget marked. The x axis
+    is the method's own budget knob (:func:`evals.report.plots.knob_axis_label`; ``method`` default: the last part of
+    ``title``, ``task · model · method``)."""
     tested = [s for s in steps if s.measured is not None]
     if not tested:
         return None
@@ -154,11 +159,14 @@ def plot(out_root: Path, title: str, steps: list[Step], max_loss: float, alpha: 
 
     matplotlib.use("Agg")
     with matplotlib.rc_context({"text.parse_math": False}):  # a "$" in a name is text, never TeX math
-        return _draw(out_root, title, steps, tested, max_loss, alpha)
+        return _draw(out_root, title, steps, tested, max_loss, alpha, method or title.rsplit(" · ", 1)[-1])
 
 
-def _draw(out_root: Path, title: str, steps: list[Step], tested: list[Step], max_loss: float, alpha: float) -> Path:
+def _draw(out_root: Path, title: str, steps: list[Step], tested: list[Step], max_loss: float, alpha: float,
+          method: str) -> Path:
     import matplotlib.pyplot as plt
+
+    from evals.report.plots import knob_axis_label
 
     ref = tested[0].measured.reference
     unit = f" ({ref.unit})" if ref.unit else ""
@@ -181,10 +189,10 @@ def _draw(out_root: Path, title: str, steps: list[Step], tested: list[Step], max
         ax.axvline(best.budget, color="tab:green", ls=":", lw=1.5, label=f"chosen: {best.budget}")
     ax.set_xscale("log", base=2)
     ax.set_xticks([s.budget for s in steps], [str(s.budget) for s in steps])
-    ax.set_xlabel("prompt budget (KV entries per layer and KV head)")
+    ax.set_xlabel(textwrap.fill(knob_axis_label(method), 80))
     ax.set_ylabel(f"{ref.metric}{unit}")
     ax.set_title(f"{title}: loss ≤ {max_loss:g} at {1 - alpha:.0%} (fixed sequence)", fontsize=10)
-    ax.legend(fontsize=8, loc="best")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # outside: it never hides a point
     fig.tight_layout()
     from evals.report.escape import file_part
     from evals.report.output import output_folder, save_figure
@@ -192,6 +200,6 @@ def _draw(out_root: Path, title: str, steps: list[Step], tested: list[Step], max
     try:  # the plots folder never a link, the file written whole and never through one
         folder = output_folder(Path(out_root) / "plots")
         return save_figure(fig, folder / f"search__{'__'.join(file_part(p) for p in title.split(' · '))}.png",
-                           dpi=110)
+                           dpi=110, bbox_inches="tight")
     finally:
         plt.close(fig)
