@@ -98,7 +98,7 @@ def test_search_end_to_end_reuses_resumes_and_agrees_with_the_report(tmp_path, c
     assert main(args) == 0
     out = capsys.readouterr().out
     assert out.strip().splitlines()[-1] == ("smallest budget with loss ≤ 40 points at 95%: 64, KV 3.4× smaller than "
-                                           "the full cache at the longest prompt")
+                                           "the full cache at the longest prompt (on these items)")
     first = pd.read_csv(tmp_path / "search.csv")
     assert list(first.columns[:13]) == ["search_id", "model", "task", "method", "budget", "kv_ratio", "n_items",
                                         "value", "reference", "delta", "ci_low", "ci_high", "verdict"]
