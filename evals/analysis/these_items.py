@@ -15,8 +15,9 @@ problems, chosen from the earlier rounds only: ``g / (v + g^2)``, the growth-opt
 ``g = PLAN * margin`` beyond the bound (for "shown safe" a loss of ``c - g``, near no loss) with ``v`` the running
 variance of the earlier rounds' terms, shrunk by one pseudo-term of variance :data:`PRIOR_VAR`. (Betting at a planned
 alternative rather than at the running mean learns only the spread, which settles within a few rounds; ``PLAN = 0.7``
-was the most powerful of 0.6-1.0 in the simulations of ``tests/test_these_items.py``.) The capital after round
-``J`` is ``K_J = prod_{j <= J} prod_i (1 + lambda_j (c - z_ij))``.
+was the most powerful in ad-hoc simulations at 30 x 64, rates uniform in 30-90%: power about 0.79, 0.82, 0.83,
+0.82 and 0.79 at PLAN 0.5, 0.6, 0.7, 0.8 and 1.0.) The capital after round ``J`` is
+``K_J = prod_{j <= J} prod_i (1 + lambda_j (c - z_ij))``.
 
 *Proof that* ``E K_k <= 1`` *under H0.* Every factor is positive (``c - z >= c - 1`` and ``lambda < 1 / (1 - c)``).
 Given the earlier rounds ``F_{j-1}``, ``lambda_j`` is fixed and the ``z_ij`` of round ``j`` are independent of each
