@@ -53,7 +53,8 @@ eval: setup ## the demo: needle accuracy vs budget per method (embedded model) +
 	$(PY) -m evals.report results/smoke
 
 SEARCH_DEMO := task=needle task.context_tokens=512 task.n_items=30 gen.max_new_tokens=12 compression=snapkv \
-	compression.kernel=15 out_root=results/search search.max_loss=20 "search.budgets=[128,256,384,512,1024]"
+	compression.kernel=15 out_root=results/search search.max_loss=20 "search.budgets=[128,256,384,512,1024]" \
+	search.estimand=population
 
 search: setup ## the demo budget search: smallest SnapKV budget shown to lose < 20 points of needle accuracy (embedded model)
 	$(PY) -m evals.search $(SEARCH_DEMO) $(ARGS)

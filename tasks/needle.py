@@ -39,6 +39,7 @@ from tasks.lazy import LazyModule
 pd = LazyModule("pandas")  # imported at first use: the planner imports task modules, not pandas
 
 PRIMARY_METRIC = "accuracy"
+GENERATED = True  # items are made from a seed and the bundled haystack: no fixed benchmark size (evals.power)
 REPORT_METRICS = ("accuracy", "key_prefix")  # evals.report: exact match beside the share of the key recovered
 HAYSTACK = "needle/paul_graham_essays.json"
 WORDS = "needle/words.json"

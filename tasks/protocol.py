@@ -83,6 +83,8 @@ OPTIONAL_HOOKS: dict[str, str] = {
                  "summary submodule); evals.analysis.summary scales fractions to percent. Without it: percent.",
     "REPORTS_STDERR": "REPORTS_STDERR: bool: summarize() reports its own standard errors (lm-eval), so no bootstrap "
                       "is run. Without it: False.",
+    "GENERATED": "GENERATED: bool: the items are made from a seed (needle), so the benchmark has no fixed size "
+                 "(evals.power says 'generated'). Without it: False (task.plan.n_items is the benchmark's size).",
 }
 
 

@@ -58,7 +58,7 @@ def test_variance_parts_split_between_and_within_items():
     assert parts.sd(k) ** 2 == pytest.approx(parts.total, rel=1e-9)
 
 
-def _run(root, name, method, budget, correct):
+def _run(root, name, method, budget, correct, task="aime24", metric="pass@1"):
     """A run directory as evals.run writes it, reduced to what the report and evals.power read: ``correct`` is
     ``(items, samples)``."""
     import json
@@ -69,14 +69,14 @@ def _run(root, name, method, budget, correct):
     run_dir.mkdir()
     n, k = correct.shape
     value = 100.0 * correct.mean()
-    pd.DataFrame([{"model": "m", "task": "aime24", "method": method, "prompt_budget": budget, "recent": None,
-                   "metric": "pass@1", "group": "all", "value": value, "stderr": 1.0, "ci_lo": value - 5,
+    pd.DataFrame([{"model": "m", "task": task, "method": method, "prompt_budget": budget, "recent": None,
+                   "metric": metric, "group": "all", "value": value, "stderr": 1.0, "ci_lo": value - 5,
                    "ci_hi": value + 5, "unit": "%", "n": n, "run_id": name}]).to_csv(run_dir / "summary.csv",
                                                                                        index=False)
     pd.DataFrame({"item_id": np.repeat([f"i{j}" for j in range(n)], k), "sample_idx": np.tile(np.arange(k), n),
                   "correct": correct.reshape(-1).astype(bool)}).to_csv(run_dir / "samples.csv", index=False)
-    identity = {"model": "m", "task": "aime24", "compression": {"method": method, "prompt_budget": budget}}
-    meta = {"identity": identity, "fingerprint": name, "config": {"task": {"plan": {"n_items": 30}}}}
+    identity = {"model": "m", "task": task, "compression": {"method": method, "prompt_budget": budget}}
+    meta = {"identity": identity, "fingerprint": name, "config": {"task": {"name": task, "plan": {"n_items": 30}}}}
     (run_dir / "meta.json").write_text(json.dumps(meta))
 
 
@@ -88,12 +88,19 @@ def test_power_command_sizes_a_benchmark_from_a_pilot(tmp_path, capsys):
     q = rng.uniform(0.1, 0.9, size=(30, 1))
     _run(tmp_path, "full", "none", None, rng.random((30, 4)) < q)
     _run(tmp_path, "snap", "snapkv", 1024, rng.random((30, 4)) < q - 0.05)
-    rows = power_table(tmp_path, margin=2.0)
+    rows = power_table(tmp_path, margin=2.0, true_loss=0.0, estimand="population")
     assert [r["samples"] for r in rows] == [1, 2, 4, 8, 16, 32, 64] and {r["pilot_samples"] for r in rows} == {4}
     needed = [r["items_needed"] for r in rows]
     assert needed == sorted(needed, reverse=True) and needed[0] > 30  # more samples per item: fewer items
-    assert main([str(tmp_path), "power.max_loss=2"]) == 0
-    assert "aime24 has 30 items, fewer than the" in capsys.readouterr().out
+    assert main([str(tmp_path), "power.max_loss=2", "power.true_loss=0"]) == 0
+    out = capsys.readouterr().out
+    assert "aime24 has 30 items, fewer than the" in out
+    assert "aime24: 30 items are fewer than the population limit 59" not in out  # 2 points of 100: a limit of 149
+    assert "aime24: 30 items are fewer than the population limit 149" in out
+    # these_items: the benchmark's 30 items at the pilot's per-item rates, power growing with the samples
+    these = power_table(tmp_path, margin=20.0, estimand="these_items")
+    assert [r["samples"] for r in these] == [1, 2, 4, 8, 16, 32, 64] and {r["items_needed"] for r in these} == {30}
+    assert these[-1]["power"] > 0.8 > these[0]["power"]
     assert main([str(tmp_path), "power.max_loss=0"]) == 2
     assert capsys.readouterr().err == "error: power.max_loss: out of range, got 0\n"
 
@@ -102,7 +109,11 @@ def test_power_command_sizes_a_benchmark_from_a_pilot(tmp_path, capsys):
     (["--max-loss", "2"], "error: --max-loss: evals.power takes key=value arguments, as evals.search does: "
                           "power.max_loss=VALUE"),
     (["power.max_los=2"], "error: power.max_los: no such power knob (power.max_loss, power.alpha, power.power, "
-                          "power.true_loss)"),
+                          "power.true_loss, power.items, power.samples, power.sims, power.estimand, "
+                          "power.simulate)"),
+    (["power.max_loss=2", "power.estimand=both"], "error: power.estimand: these_items or population, got 'both'"),
+    (["power.max_loss=2", "power.items=30"], "error: power.items/power.samples: only with power.simulate=true "
+                                             "(a pilot sizes them itself)"),
     (["power.alpha=x", "power.max_loss=2"], "error: power.alpha: expected a number, got 'x'"),
     ([], "error: power.max_loss: required (the margin, in headline points), e.g. power.max_loss=2"),
 ])
@@ -137,3 +148,32 @@ def test_exact_items_needed_with_no_discordance_stays_within_the_clopper_pearson
     assert n is not None and n <= 104
     assert exact_power(n, 0.0, 0.0, 0.05) >= 0.8 > exact_power(n - 1, 0.0, 0.0, 0.05)
     assert exact_power(n, 0.05, 0.0, 0.05) <= 0.05
+
+
+def test_power_says_when_the_pilot_already_shows_a_loss_and_that_needle_is_generated(tmp_path, capsys):
+    from evals.power import main
+
+    full = np.ones((30, 1), dtype=bool)
+    lost = full.copy()
+    lost[:24] = False  # 80 points lost on 30 items: beyond a margin of 20 on these items
+    _run(tmp_path, "full", "none", None, full, task="needle", metric="accuracy")
+    _run(tmp_path, "snap", "snapkv", 64, lost, task="needle", metric="accuracy")
+    assert main([str(tmp_path), "power.max_loss=20"]) == 0
+    out = capsys.readouterr().out
+    assert "snapkv @ 64: the pilot already shows a loss beyond 20 on its items (Δ -80; shown to lose)" in out
+    assert "snapkv @ 64: assumed loss 80 ≥ the margin 20: no number of items shows it safe" in out  # the pilot's
+    assert "generated" in out and "needle has" not in out
+
+
+def test_the_simulation_command_prints_type_one_error_and_power(capsys):
+    from evals.power import main
+
+    assert main(["power.simulate=true", "power.items=10", "power.samples=4", "power.max_loss=30",
+                 "power.estimand=these_items", "power.sims=200"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == ("these_items: 10 items x 4 samples, margin 30 points, alpha 0.05, 200 simulated searches per "
+                      "design")
+    assert sum("type-I (shown safe at loss = margin)" in line for line in out) == 5
+    assert sum("power (shown safe at no loss)" in line for line in out) == 3
+    assert main(["power.simulate=true", "power.max_loss=5"]) == 2
+    assert capsys.readouterr().err == "error: power.items: required with power.simulate=true, e.g. power.items=30\n"

@@ -41,6 +41,31 @@ def test_the_sequence_runs_from_the_largest_budget_down_and_stops_at_the_first_f
     assert "budgets 64 not tested" in lines[-1]
 
 
+def test_a_budget_whose_loss_is_shown_beyond_the_margin_is_shown_to_lose():
+    from evals.search.output import answer_line, rows
+
+    def measure(budget):
+        lose = budget == 128
+        test = NonInferiority(-40.0 if lose else 0.0, 1.0 if lose else 0.01, not lose, 30, "t", lose=lose,
+                              p_lose=0.001 if lose else 1.0, estimand="these_items")
+        run = SimpleNamespace(value=60.0 if lose else 100.0, run_dir="r")
+        return SimpleNamespace(test=test, delta=test.delta, ci_low=-56.7, ci_high=-23.3, n_items=30, run=run,
+                               reference=SimpleNamespace(value=100.0))
+
+    lines = []
+    steps = run_sequence([64, 128, 256], measure, 0.05, lines.append)
+    assert [s.verdict for s in steps] == ["not_tested", "shown_to_lose", "safe"]
+    assert lines[-1].startswith("search: budget 128 shown to lose more than the margin: Δ -40, one-sided p 1 "
+                                "(t, 30 items, on these items); p 0.001 <= alpha 0.05 for a loss beyond it; stopping")
+    table = rows("m", "needle", "snapkv", steps, 20.0, 0.05, {}, estimand="these_items")
+    assert list(table["verdict"]) == ["not_tested", "shown_to_lose", "safe"]
+    assert list(table["estimand"]) == ["these_items"] * 3 and table["p_lose"].iloc[1] == 0.001
+    steps[2] = type(steps[2])(256, "not_tested")  # the largest tested budget is the one shown to lose
+    assert answer_line(steps, 20.0, 0.05, "%", {}) == (
+        "no tested budget is shown safe: the largest, 128, has Δ -40 [-56.7, -23.3] points on 30 items: shown to "
+        "lose more than 20 points on these items (one-sided p 0.001 ≤ 0.05)")
+
+
 @pytest.mark.parametrize("args,message", [
     (["search.max_loss=0"], "search.max_loss: must be a number > 0"),
     (["search.max_loss=inf"], "search.max_loss: must be a number > 0"),
@@ -51,6 +76,7 @@ def test_the_sequence_runs_from_the_largest_budget_down_and_stops_at_the_first_f
     (["search.max_loss=2", "search.budgets=[256,128]"], "search.budgets: must be strictly ascending"),
     (["search.max_loss=2", "search.alpha=0.7"], "search.alpha: must be a number in (0, 0.5)"),
     (["search.max_loss=2", "search.margin=3"], "search.margin: no such search knob"),
+    (["search.max_loss=2", "search.estimand=items"], "search.estimand: these_items or population, got 'items'"),
     (["search.max_loss=2", "compression.prompt_budget=64"], "compression.prompt_budget: set by the search"),
     (["search.max_loss=2", "hydra/launcher=slurm"], "hydra/launcher: evals.search runs the jobs"),
 ])
@@ -98,7 +124,7 @@ def test_search_end_to_end_reuses_resumes_and_agrees_with_the_report(tmp_path, c
     assert main(args) == 0
     out = capsys.readouterr().out
     assert out.strip().splitlines()[-1] == ("smallest budget with loss ≤ 40 points at 95%: 64, KV 3.4× smaller than "
-                                           "the full cache at the longest prompt")
+                                           "the full cache at the longest prompt (on these items)")
     first = pd.read_csv(tmp_path / "search.csv")
     assert list(first.columns[:13]) == ["search_id", "model", "task", "method", "budget", "kv_ratio", "n_items",
                                         "value", "reference", "delta", "ci_low", "ci_high", "verdict"]
@@ -265,3 +291,15 @@ def test_the_answer_line_is_printed_when_search_csv_cannot_be_written(tmp_path, 
     assert f"search: needle · tiny_llama · snapkv: search.csv not written: {tmp_path / 'search.csv'}: a folder, " \
            "not a regular file; the search writes only a regular file there (remove it)" in out
     assert (tmp_path / "plots/search__needle__tiny_llama__snapkv.png").stat().st_size > 0
+
+
+def test_the_population_estimand_is_named_with_its_limit(tmp_path, capsys):
+    args = [*ARGS, "task.n_items=6", f"out_root={tmp_path}", "search.max_loss=10", "search.budgets=[128]",
+            "search.estimand=population"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert ("population: 6 items cannot show a loss below 10 at alpha 0.05 (any valid test needs at least 29 "
+            "unchanged items: log(alpha)/log(1 - margin)); search.estimand=these_items asks about these items") in out
+    assert out.strip().splitlines()[-1].endswith("for a loss below 10 on the population of items (more items or "
+                                                 "samples, or a larger margin or budget)")
+    assert list(pd.read_csv(tmp_path / "search.csv")["estimand"]) == ["population"]

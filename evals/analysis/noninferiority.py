@@ -61,13 +61,18 @@ PAIRED_T = "paired t (asymptotic: scores outside [0, scale])"
 @dataclass(frozen=True)
 class NonInferiority:
     """The test of ``loss >= margin`` on ``n`` paired items: ``delta = mean(b - a)``, the one-sided ``p_value`` and
-    ``safe`` (``p_value <= alpha``: the loss is shown below the margin); ``test`` names the test used."""
+    ``safe`` (``p_value <= alpha``: the loss is shown below the margin); ``test`` names the test used. The other side
+    (:func:`evals.analysis.estimands.compare`): ``p_lose`` of ``loss <= margin`` and ``lose`` (shown to lose more
+    than the margin; NaN and False where not tested); ``estimand``: ``population`` or ``these_items``."""
 
     delta: float
     p_value: float
     safe: bool
     n: int
     test: str
+    lose: bool = False
+    p_lose: float = math.nan
+    estimand: str = "population"
 
 
 def p_paired_t(mean_d, sd_d, n, margin):

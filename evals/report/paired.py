@@ -28,6 +28,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from evals.analysis.power import mde_80
@@ -87,6 +88,33 @@ def item_scores(run_dir: str | Path, scale: float = 1.0) -> pd.Series | None:
     """Mean ``correct`` per ``item_id`` (times ``scale``), skipped rows left out; None without ``samples.csv``."""
     data = item_data(run_dir, scale)
     return None if data is None else data.score
+
+
+def sample_scores(run_dir: str | Path, scale: float = 1.0) -> pd.Series | None:
+    """``correct`` (times ``scale``) per ``(item_id, sample_idx)``, skipped rows left out (as the headline leaves
+    them); None without ``samples.csv`` or its columns."""
+    path = Path(run_dir) / "samples.csv"
+    if not path.is_file():
+        return None
+    rows = pd.read_csv(path, usecols=lambda c: c in (*USED, "sample_idx"))
+    if not {"item_id", "sample_idx", "correct"} <= set(rows.columns) or rows.empty:
+        return None
+    if "skipped" in rows.columns:
+        rows = rows[~rows["skipped"].map(lambda v: bool(_truth(v)))]
+    score = rows["correct"].map(_truth) * scale
+    return pd.Series(score.to_numpy(), index=pd.MultiIndex.from_arrays(
+        [rows["item_id"].astype(str), rows["sample_idx"].astype(int)], names=["item_id", "sample_idx"]))
+
+
+def sample_matrix(reference: pd.Series, run: pd.Series, items: pd.Index) -> tuple[np.ndarray, np.ndarray]:
+    """``(a, b)``, each ``(n, k)``: the per-sample scores (:func:`sample_scores`) of the full cache and a run on
+    ``items`` (the ``n`` items both scored), at the ``k`` sample indices that every one of them has in both runs (the
+    same seeds: paired by index)."""
+    both = pd.concat([reference, run], axis=1, keys=["a", "b"], join="inner")
+    both = both[both.index.get_level_values("item_id").isin(items)]
+    wide_a, wide_b = both["a"].unstack("sample_idx"), both["b"].unstack("sample_idx")
+    keep = wide_a.columns[wide_a.notna().all() & wide_b.notna().all()]
+    return wide_a[keep].to_numpy(dtype=float), wide_b[keep].to_numpy(dtype=float)
 
 
 def correct_values(correct: pd.Series) -> pd.Series:

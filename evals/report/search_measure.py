@@ -11,9 +11,10 @@ from typing import Any
 
 import pandas as pd
 
-from evals.analysis.noninferiority import NonInferiority, noninferiority
+from evals.analysis.estimands import THESE_ITEMS, compare
+from evals.analysis.noninferiority import NonInferiority
 from evals.analysis.stats import paired_bootstrap
-from evals.report.paired import item_scores
+from evals.report.paired import item_scores, sample_matrix, sample_scores
 from evals.report.tables import primary_metric
 
 
@@ -29,6 +30,7 @@ class Headline:
     ci_hi: float
     items: pd.Series  # item_id -> mean score of the item's samples, in the headline's unit
     samples_per_item: int  # the most samples any item has
+    samples: pd.Series | None = None  # (item_id, sample_idx) -> the sample's score, in the headline's unit
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,8 @@ def headline_of(run_dir: Path, task: str) -> Headline:
                          "per-item scores), so a budget cannot be tested against the full cache")
     ids = pd.read_csv(run_dir / "samples.csv", usecols=["item_id"])["item_id"].astype(str)
     return Headline(run_dir, metric, unit, value, float(row.get("ci_lo", math.nan)),
-                    float(row.get("ci_hi", math.nan)), items, int(ids.value_counts().max()))
+                    float(row.get("ci_hi", math.nan)), items, int(ids.value_counts().max()),
+                    sample_scores(run_dir, 100.0 if unit == "%" else 1.0))
 
 
 def longest_prompt(run_dir: Path) -> int:
@@ -79,12 +82,18 @@ def kv_ratio(method: Any, prompt_len: int, new_tokens: int) -> float:
 
 
 def measure(budget: int, run: Headline, reference: Headline, ratio: float, max_loss: float,
-            alpha: float) -> Measured:
-    """The paired comparison of ``run`` with ``reference`` on the items both scored."""
+            alpha: float, estimand: str = THESE_ITEMS) -> Measured:
+    """The paired comparison of ``run`` with ``reference`` on the items both scored, and both one-sided tests of
+    ``estimand`` (:func:`evals.analysis.estimands.compare`): ``population`` on the per-item means, ``these_items``
+    on the per-sample scores at the sample indices every paired item has in both runs."""
     common = reference.items.index.intersection(run.items.index)
     a, b = reference.items[common].to_numpy(), run.items[common].to_numpy()
     paired = paired_bootstrap(a, b)  # the report's defaults (iters, seed): the same numbers as deltas.csv
     scale = 100.0 if run.unit == "%" else 1.0
     one = run.samples_per_item == 1 and reference.samples_per_item == 1
-    test = noninferiority(a, b, max_loss, alpha, scale, one_sample=one)
+    if estimand == THESE_ITEMS and reference.samples is not None and run.samples is not None:
+        sa, sb = sample_matrix(reference.samples, run.samples, common)
+    else:  # the item means, one bounded term per item (valid for either estimand)
+        sa, sb = a[:, None], b[:, None]
+    test = compare(sa, sb, max_loss, alpha, scale, estimand, one_sample=one)
     return Measured(budget, ratio, run, reference, paired.delta, paired.ci_lo, paired.ci_hi, paired.n, test)

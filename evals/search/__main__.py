@@ -12,7 +12,9 @@ import logging
 import sys
 from pathlib import Path
 
-from evals.analysis.sequential import run_sequence
+from evals.analysis.estimands import POPULATION
+from evals.analysis.sequential import ABOUT, run_sequence
+from evals.analysis.these_items import population_limit
 from evals.report.search_measure import headline_of, kv_ratio, longest_prompt, measure
 from evals.search import output
 from evals.search.options import FIRST_BUDGET, SearchOptions, split_args
@@ -52,19 +54,39 @@ def search_one(combo: list[str], opts: SearchOptions) -> str:
         cfgs[b] = _compose([*combo, f"{knob}={b}"])
         c = check(cfgs[b], offline=True)
         ratios[b] = kv_ratio(c.method, longest, c.sampling.max_new_tokens)
+    about = ABOUT[opts.estimand]
     say(f"search: {title}: budgets {', '.join(map(str, budgets))} (longest prompt {longest} tokens), "
-        f"loss < {opts.max_loss:g} at family-wise alpha {opts.alpha:g}, largest first")
+        f"loss < {opts.max_loss:g} {about} (search.estimand={opts.estimand}) at family-wise alpha {opts.alpha:g}, "
+        "largest first")
+    limit = limit_line(opts, len(reference.items), 100.0 if reference.unit == "%" else 1.0)
+    if limit:
+        say(f"search: {title}: {limit}")
 
     def measured(b: int):
-        return measure(b, headline_of(run(check(cfgs[b])), task), reference, ratios[b], opts.max_loss, opts.alpha)
+        return measure(b, headline_of(run(check(cfgs[b])), task), reference, ratios[b], opts.max_loss, opts.alpha,
+                       opts.estimand)
 
     steps = run_sequence(budgets, measured, opts.alpha, say)
     out_root = Path(str(cfg.out_root))
-    table = output.rows(model, task, method, steps, opts.max_loss, opts.alpha, ratios, overrides=combo)
-    line = output.answer_line(steps, opts.max_loss, opts.alpha, reference.unit, ratios)
-    output.record(out_root, title, table, steps, opts.max_loss, opts.alpha, say, method)  # never raises
+    table = output.rows(model, task, method, steps, opts.max_loss, opts.alpha, ratios, overrides=combo,
+                        estimand=opts.estimand)
+    line = output.answer_line(steps, opts.max_loss, opts.alpha, reference.unit, ratios, opts.estimand)
+    output.record(out_root, title, table, steps, opts.max_loss, opts.alpha, say, method)  # never raises: one line each
     say(line)
     return line
+
+
+def limit_line(opts: SearchOptions, items: int, scale: float) -> str | None:
+    """For the ``population`` estimand on fewer items than :func:`population_limit`: one line saying that no valid
+    test can show the margin there (None otherwise)."""
+    if opts.estimand != POPULATION:
+        return None
+    need = population_limit(opts.max_loss / scale, opts.alpha)
+    if items >= need:
+        return None
+    return (f"population: {items} items cannot show a loss below {opts.max_loss:g} at alpha {opts.alpha:g} "
+            f"(any valid test needs at least {need} unchanged items: log(alpha)/log(1 - margin)); "
+            "search.estimand=these_items asks about these items")
 
 
 def _combos(rest: list[str], opts: SearchOptions) -> list[list[str]]:

@@ -4,27 +4,32 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from evals.analysis.estimands import THESE_ITEMS, check_estimand
 from evals.record.numbers import number, read_value
 
 ALPHA = 0.05
-KEYS = ("budgets", "max_loss", "alpha")
+KEYS = ("budgets", "max_loss", "alpha", "estimand")
 FIRST_BUDGET = 64  # the default list: powers of two from here up to the longest prompt
 
 
 @dataclass(frozen=True)
 class SearchOptions:
     """``max_loss``: the margin in headline points (> 0, finite); ``alpha``: the family-wise error of the search;
-    ``budgets``: ascending prompt budgets, or None (powers of two from 64 up to the longest prompt)."""
+    ``budgets``: ascending prompt budgets, or None (powers of two from 64 up to the longest prompt); ``estimand``:
+    ``these_items`` (the loss on the benchmark's own items, only samples random) or ``population`` (items drawn from
+    a population; :mod:`evals.analysis.estimands`)."""
 
     max_loss: float
     alpha: float = ALPHA
     budgets: tuple[int, ...] | None = None
+    estimand: str = THESE_ITEMS
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "max_loss", number(self.max_loss, "search.max_loss", float, low=0, above=True))
         object.__setattr__(self, "alpha", number(self.alpha, "search.alpha", float, low=0, above=True))
         if not self.alpha < 0.5:
             raise ValueError(f"search.alpha: must be a number in (0, 0.5), got {self.alpha!r}")
+        object.__setattr__(self, "estimand", check_estimand(str(self.estimand), "search.estimand"))
         if self.budgets is not None:
             b = self.budgets
             if not b:
@@ -67,7 +72,8 @@ def split_args(argv: list[str]) -> tuple[SearchOptions, list[str]]:
         if bare.startswith("search."):
             name = bare[len("search."):]
             if name not in KEYS or not eq:
-                raise ValueError(f"{bare}: no such search knob (search.max_loss, search.alpha, search.budgets)")
+                raise ValueError(f"{bare}: no such search knob (search.max_loss, search.alpha, search.budgets, "
+                                 "search.estimand)")
             found[name] = read_value(bare, value)
             continue
         if bare.startswith(("hydra/", "hydra.")):
@@ -83,4 +89,5 @@ def split_args(argv: list[str]) -> tuple[SearchOptions, list[str]]:
     if budgets is not None and not isinstance(budgets, list):
         budgets = [budgets]
     return SearchOptions(max_loss=found["max_loss"], alpha=found.get("alpha", ALPHA),
-                         budgets=None if budgets is None else tuple(budgets)), rest
+                         budgets=None if budgets is None else tuple(budgets),
+                         estimand=found.get("estimand", THESE_ITEMS)), rest

@@ -15,34 +15,37 @@ from pathlib import Path
 
 import pandas as pd
 
-from evals.analysis.sequential import NOT_TESTED, Step, answer
+from evals.analysis.sequential import ABOUT, LOSE, NOT_TESTED, Step, answer
 from evals.record.files import read_regular, why_not_regular
 
 log = logging.getLogger(__name__)
 
 COLUMNS = ["search_id", "model", "task", "method", "budget", "kv_ratio", "n_items", "value", "reference", "delta",
            "ci_low", "ci_high", "verdict", "p_noninferiority", "test", "max_loss", "alpha", "budgets", "overrides",
-           "run_dir"]
+           "run_dir", "estimand", "p_lose"]
 CSV = "search.csv"
 LOCK = ".search.csv.lock"
 
 
-def search_id(overrides: list[str], max_loss: float, alpha: float, budgets: list[int]) -> str:
+def search_id(overrides: list[str], max_loss: float, alpha: float, budgets: list[int],
+              estimand: str = "these_items") -> str:
     """12 hex digits naming one search: every override of its job (sorted: their order does not change the job),
-    the margin, alpha and the budgets tested. The same search run again has the same id and replaces its rows."""
+    the margin, alpha, the budgets tested and the estimand. The same search run again has the same id and replaces
+    its rows."""
     ident = {"overrides": sorted(overrides), "max_loss": float(max_loss), "alpha": float(alpha),
-             "budgets": [int(b) for b in budgets]}
+             "budgets": [int(b) for b in budgets], "estimand": estimand}
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def rows(model: str, task: str, method: str, steps: list[Step], max_loss: float, alpha: float,
-         ratios: dict[int, float], overrides: list[str] | None = None) -> pd.DataFrame:
+         ratios: dict[int, float], overrides: list[str] | None = None, estimand: str = "these_items") -> pd.DataFrame:
     """``search.csv``'s rows of one search: its ``search_id`` and identity (``overrides``, ``max_loss``, ``alpha``,
-    ``budgets``), value, reference, delta and its interval as ``deltas.csv`` gives them (paired bootstrap 95%), the
-    verdict of the search and the p-value of its one-sided test."""
+    ``budgets``, ``estimand``), value, reference, delta and its interval as ``deltas.csv`` gives them (paired
+    bootstrap 95%), the verdict of the search (``safe``, ``shown_to_lose``, ``not_shown``, ``not_tested``), the
+    p-value of its one-sided test of ``loss >= max_loss`` and (``p_lose``) that of ``loss <= max_loss``."""
     overrides = list(overrides or [])
     budgets = [s.budget for s in steps]
-    sid = search_id(overrides, max_loss, alpha, budgets)
+    sid = search_id(overrides, max_loss, alpha, budgets, estimand)
     out = []
     for s in steps:
         m = s.measured
@@ -53,7 +56,8 @@ def rows(model: str, task: str, method: str, steps: list[Step], max_loss: float,
                     "ci_high": m.ci_high if m else math.nan, "verdict": s.verdict,
                     "p_noninferiority": m.test.p_value if m else math.nan, "test": m.test.test if m else "",
                     "max_loss": max_loss, "alpha": alpha, "budgets": " ".join(map(str, budgets)),
-                    "overrides": " ".join(sorted(overrides)), "run_dir": str(m.run.run_dir) if m else ""})
+                    "overrides": " ".join(sorted(overrides)), "run_dir": str(m.run.run_dir) if m else "",
+                    "estimand": estimand, "p_lose": m.test.p_lose if m else math.nan})
     return pd.DataFrame(out, columns=COLUMNS)
 
 
@@ -131,19 +135,25 @@ def record(out_root: Path, title: str, table: pd.DataFrame, steps: list[Step], m
         say(f"search: {title}: wrote {' and '.join(wrote)}")
 
 
-def answer_line(steps: list[Step], max_loss: float, alpha: float, unit: str, ratios: dict[int, float]) -> str:
-    """The one line a search ends with."""
+def answer_line(steps: list[Step], max_loss: float, alpha: float, unit: str, ratios: dict[int, float],
+                estimand: str = "these_items") -> str:
+    """The one line a search ends with, naming the estimand its verdicts are about."""
     points = "points" if unit == "%" else (unit or "units")
+    about = ABOUT.get(estimand, estimand)
     best = answer(steps)
     if best is not None:
         return (f"smallest budget with loss ≤ {max_loss:g} {points} at {1 - alpha:.0%}: {best.budget}, KV "
-                f"{ratios[best.budget]:.1f}× smaller than the full cache at the longest prompt")
+                f"{ratios[best.budget]:.1f}× smaller than the full cache at the longest prompt ({about})")
     first = next(s for s in reversed(steps) if s.verdict != NOT_TESTED)
     m = first.measured
     interval = "n.m." if math.isnan(m.ci_low) or math.isnan(m.ci_high) else f"{m.ci_low:+.3g}, {m.ci_high:+.3g}"
-    return (f"no tested budget is shown safe: the largest, {first.budget}, has Δ {m.delta:+.3g} [{interval}] "
-            f"{points} on {m.n_items} items, one-sided p {m.test.p_value:.3g} > {alpha:g} for a "
-            f"loss below {max_loss:g} (more items, or a larger margin or budget)")
+    head = (f"no tested budget is shown safe: the largest, {first.budget}, has Δ {m.delta:+.3g} [{interval}] "
+            f"{points} on {m.n_items} items")
+    if first.verdict == LOSE:
+        return (f"{head}: shown to lose more than {max_loss:g} {points} {about} (one-sided p {m.test.p_lose:.3g} "
+                f"≤ {alpha:g})")
+    return (f"{head}, one-sided p {m.test.p_value:.3g} > {alpha:g} for a loss below {max_loss:g} {about} "
+            "(more items or samples, or a larger margin or budget)")
 
 
 def plot(out_root: Path, title: str, steps: list[Step], max_loss: float, alpha: float,
@@ -175,7 +185,7 @@ def _draw(out_root: Path, title: str, steps: list[Step], tested: list[Step], max
         ax.axhspan(ref.ci_lo, ref.ci_hi, color="0.85", label="full cache, 95% CI")
     ax.axhline(ref.value, color="0.4", lw=1, label=f"full cache: {ref.value:.3g}")
     ax.axhline(ref.value - max_loss, color="tab:red", ls="--", lw=1, label=f"margin: full − {max_loss:g}")
-    for verdict, color in (("safe", "tab:green"), ("not_shown", "tab:orange")):
+    for verdict, color in (("safe", "tab:green"), ("not_shown", "tab:orange"), (LOSE, "tab:red")):
         part = [s for s in tested if s.verdict == verdict]
         if part:
             x = [s.budget for s in part]
