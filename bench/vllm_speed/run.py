@@ -22,7 +22,7 @@ from pathlib import Path
 
 from bench.models import REPO
 from bench.report import write_csv
-from bench.vllm_speed.common import JOB, fed_problems, load, result_name
+from bench.vllm_speed.common import JOB, fed_problems, load, read_job, result_name
 from bench.vllm_speed.prompts import needle_prompts
 
 FIELDS = ["engine", "method", "rows", "live_rows", "reps", "sequences", "prompt_tokens", "gen_tokens",
@@ -41,6 +41,7 @@ def methods(prompt_budget: int, recent: int) -> dict[str, dict]:
 def make_job(a: argparse.Namespace) -> dict:
     model_dir, prompts = needle_prompts(a.model, a.context_tokens, a.n_items)
     return dict(model=a.model, model_dir=model_dir, prompts=prompts, max_new_tokens=a.max_new_tokens, rows=a.rows,
+                context_tokens=a.context_tokens,
                 methods={m: k for m, k in methods(a.prompt_budget, a.recent).items() if m in a.methods})
 
 
@@ -198,7 +199,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kv-space-gib", default="4", help="VLLM_CPU_KVCACHE_SPACE for vLLM's KV pool")
     p.add_argument("--work", type=Path, default=REPO / ".cache" / "vllm-speed")
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results")
+    p.add_argument("--report-only", action="store_true", help="re-report the results already in --work")
     a = p.parse_args(argv)
+    a.out.mkdir(parents=True, exist_ok=True)
+    if a.report_only:
+        return report(a, read_job(a.work), ["ours"] if a.no_vllm else ["ours", "vllm"], [])
     if not a.no_vllm and not (a.vllm_python and Path(a.vllm_python).is_file()):
         p.error(f"--vllm-python: {a.vllm_python!r} is not an interpreter file (or pass --no-vllm)")
     unknown = sorted(set(a.methods) - set(methods(1, 1)))
@@ -222,7 +227,15 @@ def main(argv: list[str] | None = None) -> int:
             cmd = ours if engine == "ours" else theirs
             _run([*cmd, "--rep", str(rep)], {"VLLM_CPU_KVCACHE_SPACE": a.kv_space_gib} if engine == "vllm" else None)
     span += load()
+    return report(a, job, engines, span)
+
+
+def report(a: argparse.Namespace, job: dict, engines: list[str], span: list[float]) -> int:
+    """Check the results in ``a.work`` against the job, write the CSVs, the plot and the table."""
     results = collect(a.work, job, a.reps, engines)
+    if not span:  # a re-report: the load the runs recorded
+        span = [min(r["load"][0] for r in results), max(r["load"][-1] for r in results)]
+    a.context_tokens = job.get("context_tokens", a.context_tokens)
     rows = table(results, job)
     versions = "; ".join(sorted({r["version"] for r in results}))
     write_csv(a.out / "vllm_speed.csv", rows, FIELDS)
