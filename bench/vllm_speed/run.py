@@ -196,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prompt-budget", type=int, default=256)
     p.add_argument("--recent", type=int, default=64)
     p.add_argument("--reps", type=int, default=1)
+    p.add_argument("--vllm-threads", default=None,
+                   help="what vLLM's log says its worker used (its 'OpenMP thread binding info'), for the table")
     p.add_argument("--kv-space-gib", default="4", help="VLLM_CPU_KVCACHE_SPACE for vLLM's KV pool")
     p.add_argument("--work", type=Path, default=REPO / ".cache" / "vllm-speed")
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results")
@@ -225,7 +227,8 @@ def main(argv: list[str] | None = None) -> int:
         order = engines if rep % 2 == 0 else engines[::-1]
         for engine in order:
             cmd = ours if engine == "ours" else theirs
-            _run([*cmd, "--rep", str(rep)], {"VLLM_CPU_KVCACHE_SPACE": a.kv_space_gib} if engine == "vllm" else None)
+            env = {"VLLM_CPU_KVCACHE_SPACE": a.kv_space_gib, "BENCH_VLLM_THREADS": a.vllm_threads or ""}
+            _run([*cmd, "--rep", str(rep)], env if engine == "vllm" else None)
     span += load()
     return report(a, job, engines, span)
 

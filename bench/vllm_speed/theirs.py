@@ -40,7 +40,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rep", type=int, default=0)
     a = p.parse_args(argv)
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "4")
-    import torch
     import vllm
     from vllm import LLM, SamplingParams
 
@@ -60,7 +59,9 @@ def main(argv: list[str] | None = None) -> int:
             "engine": "vllm", "method": "none", "rows": rows, "rep": a.rep, "wall_s": wall_s,
             "prefill_s": prefill_s, "decode_s": wall_s - prefill_s, "prefill_how": "separate max_tokens=1 pass",
             "fed": [digest(o.prompt_token_ids) for o in outputs], "tokens": tokens,
-            "load": load_before + load(), "threads": torch.get_num_threads(),
+            # vLLM sets its worker's threads itself (auto binding: one per CPU less its reserved ones, 1 of 2 on a
+            # 2-core machine; its log line "OpenMP thread binding info"); this process's count says nothing of them
+            "load": load_before + load(), "threads": os.environ.get("BENCH_VLLM_THREADS"),
             "omp_bind": os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto"),
             "kv_space_gib": os.environ["VLLM_CPU_KVCACHE_SPACE"], "version": f"vllm {vllm.__version__}",
         })
