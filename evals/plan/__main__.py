@@ -28,11 +28,13 @@ def main(argv: list[str]) -> int:
     logging.getLogger("snapstream_core.api").setLevel(logging.ERROR)  # "none keeps the full cache: ... not used"
     try:
         composed = compose_jobs(argv)
-        jobs = []
+        jobs, notes = [], []
         for overrides, container in composed:
-            try:
-                spec = check(OmegaConf.create(container), offline=True)  # evals.run's own check: it refuses, so do we
+            try:  # evals.run's own check: it refuses, so do we (a run-time file not there yet is a note, not a stop)
+                found: list[str] = []
+                spec = check(OmegaConf.create(container), offline=True, notes=found)
                 jobs.append(job_from_spec(spec))
+                notes += [f"{' '.join(overrides)}: {note}" for note in found]
             except ValueError as exc:
                 raise UserError(f"{' '.join(overrides)}: {exc}") from None
     except UserError as exc:
@@ -47,6 +49,8 @@ def main(argv: list[str]) -> int:
         return 2
     path = write_csv(planned, Path(jobs[0].out_root) / "plan.csv")
     print(render(planned, memory_gib))
+    for note in notes:
+        print(f"note: {note}")
     print(f"wrote {path}")
     return 0
 

@@ -86,6 +86,8 @@ class TriAttention(DecodeMethod):
 
     # ------------------------------------------------------------------ the model it is calibrated for
     needs_shape: ClassVar[bool] = True
+    run_files: ClassVar[tuple[str, ...]] = ("calibration",)
+    run_files_doc: ClassVar[str] = "python -m evals.calibrate model=NAME writes it (docs/triattention.md)"
 
     def check_shape(self, shape: Mapping[str, Any]) -> None:
         """Refuse (one line) a missing calibration or one made for another model shape (layers, heads, KV heads,
