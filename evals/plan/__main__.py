@@ -48,7 +48,7 @@ def main(argv: list[str]) -> int:
             print(f"error: {line}", file=sys.stderr)
         return 2
     path = write_csv(planned, Path(jobs[0].out_root) / "plan.csv")
-    print(render(planned, memory_gib))
+    print(render(planned, memory_gib, paper="paper" in composed[0][1]))  # +experiment=paper sets the paper: block
     for note in notes:
         print(f"note: {note}")
     print(f"wrote {path}")
