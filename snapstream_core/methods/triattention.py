@@ -78,6 +78,9 @@ class TriAttention(DecodeMethod):
         if self.positions != "original":
             raise ValueError(f"compression.positions: {self.method} compacts in the engine, which keeps original "
                              f"positions; got {self.positions!r}")
+        if self.calibration is not None and str(self.calibration).strip().lower() in ("", "none", "null"):
+            raise ValueError(f"compression.calibration: required, the model's query statistics (a file: python -m "
+                             f"evals.calibrate model=NAME writes one; docs/triattention.md), got {self.calibration!r}")
         if self.calibration is not None:
             from snapstream_core.calibration import read_header
 
