@@ -164,9 +164,31 @@ def test_the_docs_show_commands_of_every_kind():
     assert len(CASES) > 40
 
 
+@pytest.fixture(scope="module")
+def made_by_the_docs(tmp_path_factory):
+    """What an earlier command of a code block writes before the next reads it: the R1 calibration file
+    (``evals.calibrate model=r1_distill_llama_8b ...``, then ``+experiment=reasoning_budget``), in a cache folder of
+    the test's own (``SNAPSTREAM_CACHE``, read by the experiment's config)."""
+    import torch
+
+    from snapstream_core.calibration import save_stats
+
+    cache = tmp_path_factory.mktemp("cache")
+    q = torch.zeros(32, 32, 64, dtype=torch.complex64)  # R1-Distill-Llama-8B: 32 layers, 32 heads, head dim 128
+    save_stats(cache / "calibration" / "r1_distill_llama_8b.safetensors", q, q.abs(), n_kv_heads=8,
+               rope_theta=500000.0, rope_type="llama3")
+    before = os.environ.get("SNAPSTREAM_CACHE")
+    os.environ["SNAPSTREAM_CACHE"] = str(cache)
+    yield cache
+    if before is None:
+        del os.environ["SNAPSTREAM_CACHE"]
+    else:
+        os.environ["SNAPSTREAM_CACHE"] = before
+
+
 @pytest.mark.parametrize("doc, cmd", [c for c in CASES if not _has_placeholder(shlex.split(c[1]))],
                          ids=lambda x: x[:90])
-def test_every_pasted_command_passes_its_checks(doc, cmd, tmp_path):
+def test_every_pasted_command_passes_its_checks(doc, cmd, tmp_path, made_by_the_docs):
     why = run_checks(cmd, tmp_path)
     key = _user_file(shlex.split(cmd))
     if key is None:
