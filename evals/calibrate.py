@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -68,14 +69,21 @@ def from_text(model_cfg: Any, text: str, max_tokens: int, out: Path) -> Path:
     """Load the model, run the text (at most ``max_tokens`` tokens, no special tokens added beyond the tokenizer's
     own, as ``scripts/calibrate.py``), write the statistics."""
     import torch
+    from tqdm.auto import tqdm
 
     from evals.config.models import load_model
     from snapstream_core.calibration import query_statistics, save_stats
 
+    start = time.perf_counter()
     model, tokenizer = load_model(model_cfg)
     ids = tokenizer(text, return_tensors="pt", truncation=True, max_length=max_tokens).input_ids
     device = next(model.parameters()).device
-    q_mean, q_abs_mean = query_statistics(model, ids.to(device))
+    layers = model.config.num_hidden_layers
+    log.info("calibrate: weights loaded and %d tokens read in %.0f s; one forward pass over them on %s, layer by "
+             "layer (%d layers)", ids.shape[1], time.perf_counter() - start, device, layers)
+    with tqdm(total=layers, desc="calibrate: layers read", unit="layer", dynamic_ncols=True) as bar:
+        q_mean, q_abs_mean = query_statistics(model, ids.to(device), on_layer=lambda done, _: bar.update(done - bar.n))
+    log.info("calibrate: forward pass done in %.0f s", time.perf_counter() - start)
     rope = model.config.rope_parameters
     return save_stats(out, q_mean, q_abs_mean, n_kv_heads=model.config.num_key_value_heads,
                       rope_theta=float(rope["rope_theta"]), rope_type=str(rope.get("rope_type", "default")),

@@ -8,6 +8,7 @@ A line's description is the first sentence of its YAML file's header comment.
 
 from __future__ import annotations
 
+import inspect
 import re
 import sys
 from pathlib import Path
@@ -31,6 +32,14 @@ def describe(path: Path) -> str:
     return re.split(r"(?<=[\w)`'}])\. |; ", text, maxsplit=1)[0].rstrip(".")
 
 
+def method_description(cls: type) -> str:
+    """The first sentence of a method's module docstring (its paper's one-line summary), without backquotes."""
+    doc = inspect.getdoc(sys.modules.get(cls.__module__)) or inspect.getdoc(cls) or ""
+    paragraph = " ".join(doc.split("\n\n", 1)[0].split())
+    paragraph = re.sub(r"\s*\((?:see )?(?:tasks|evals|snapstream_core|conf)/[\w/.]*\)", "", paragraph.replace("``", ""))
+    return re.split(r"(?<=[\w)`'}])\. |; ", paragraph, maxsplit=1)[0].rstrip(".")
+
+
 def _options(group: str) -> dict[str, str]:
     return {p.stem: describe(p) for p in sorted((CONF / group).glob("*.yaml"))}
 
@@ -48,11 +57,12 @@ def lines() -> list[str]:
     for name in TASKS:
         out.append(f"  {f'task={name}'.ljust(width)}{tasks.get(name, '')}")
     out.append("compression methods (compression=NAME; what its budget caps: the prompt, or the whole cache while "
-               "decoding; knobs at their effective defaults: compression.KNOB=VALUE):")
+               "decoding; what it keeps; its knobs at their effective defaults: compression.KNOB=VALUE):")
     for name, cls in METHODS.items():
         effective = cls().knobs()  # a default instance: knobs derived in __post_init__ (prompt_budget, recent) filled
-        knobs = " ".join(f"{k}={effective[k]}" for k in own_defaults(cls)) or "no knobs"
-        out.append(f"  {f'compression={name}'.ljust(width)}{f'[caps {cls.budget_cap}]'.ljust(15)}{knobs}")
+        knobs = " ".join(f"{k}={effective[k]}" for k in own_defaults(cls)) or "none"
+        out.append(f"  {f'compression={name}'.ljust(width)}{f'[caps {cls.budget_cap}]'.ljust(15)}"
+                   f"{method_description(cls)}; knobs: {knobs}")
     out.append("models (model=NAME):")
     for name, text in _options("model").items():
         out.append(f"  {f'model={name}'.ljust(width)}{text}")

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import math
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -235,10 +235,12 @@ def save_stats(path: str | Path, q_mean: torch.Tensor, q_abs_mean: torch.Tensor,
     return path
 
 
-def query_statistics(model: Any, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def query_statistics(model: Any, input_ids: torch.Tensor, on_layer: Callable[[int, int], None] | None = None
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(q_mean, q_abs_mean)``, each (L, H, F), of a Llama-style model's pre-RoPE queries over ``input_ids`` (1, T)
     in one forward pass (``scripts/calibrate.py``, ``calibrate``: it re-applies and inverts RoPE on ``q_proj``'s
-    output, which is that output). Read with forward hooks on each layer's ``self_attn.q_proj``, removed after."""
+    output, which is that output). Read with forward hooks on each layer's ``self_attn.q_proj``, removed after;
+    ``on_layer(done, L)`` is called as each layer's queries are read (a progress bar for a long forward pass)."""
     import torch
 
     layers = model.model.layers
@@ -251,6 +253,8 @@ def query_statistics(model: Any, input_ids: torch.Tensor) -> tuple[torch.Tensor,
             F = q.shape[-1] // 2
             pairs = torch.complex(q[..., :F], q[..., F:])
             sums[index] = (pairs.mean(0), pairs.abs().mean(0))
+            if on_layer is not None:
+                on_layer(len(sums), len(layers))
         return read
 
     handles = [layer.self_attn.q_proj.register_forward_hook(hook(i)) for i, layer in enumerate(layers)]

@@ -25,6 +25,34 @@ def test_a_misspelt_key_group_or_a_missing_plus_gets_the_fix(args, line):
     assert validate([*TINY, *args]) == [line]
 
 
+def test_a_misspelt_method_gets_the_closest_one():
+    (line,) = validate([*TINY, "compression=snapkvv"])
+    assert line.startswith("compression=snapkvv: unknown option (did you mean compression=snapkv?); available: ")
+    (line,) = validate([*TINY, "compression=zzzzzz"])
+    assert line.startswith("compression=zzzzzz: unknown option; available: ")  # nothing close: no guess
+
+
+@pytest.mark.parametrize("arg, line", [
+    # docs/triattention.md's old example: the shell leaves ~ after = alone and Hydra's lexer refuses it
+    ("compression.calibration=~/.cache/snapstream/c.safetensors",
+     "compression.calibration=~/.cache/snapstream/c.safetensors: Hydra cannot read a value starting with ~ and the "
+     "shell does not expand ~ after =; write compression.calibration=$HOME/.cache/snapstream/c.safetensors"),
+    ("task.path=a`b", "task.path=a`b: Hydra cannot read this value; quote it: 'task.path=\"a`b\"'"),
+])
+def test_a_value_hydra_cannot_lex_is_one_line_with_the_fix(arg, line):
+    from evals.config.overrides import UserError
+
+    with pytest.raises(UserError) as err:
+        validate([*TINY, "compression=triattention", arg])
+    assert str(err.value) == line
+
+
+@pytest.mark.parametrize("value", ["None", "null"])
+def test_a_calibration_of_none_says_it_is_required(value):
+    (line,) = validate(["compression=triattention", f"compression.calibration={value}"])
+    assert line.startswith("compression.calibration: required, the model's query statistics")
+
+
 def test_a_huge_task_starts_with_an_estimate_of_the_work(capsys):
     from evals.cli import precheck
 

@@ -7,15 +7,29 @@ import logging
 
 import pytest
 
-from evals.execute.expected import SHOWN_S, announce, cost_line, decode_tokens_per_s, duration
+from evals.execute.expected import (
+    SHOWN_S,
+    Speeds,
+    Work,
+    announce,
+    cost_line,
+    decode_tokens_per_s,
+    duration,
+    prefill_tokens_per_s,
+)
 from tests.runner_utils import compose_cfg
 
 
-def test_the_line_is_samples_times_new_tokens_over_the_speed_and_only_past_a_minute():
-    assert cost_line(3, 320, 16.0, 3, "cpu") is None  # 60 s exactly: said by nothing
-    line = cost_line(3, 320, 2.76, 3, "cpu")
-    assert line == ("expected: 3 sample(s) x up to 320 new tokens (gen.max_new_tokens) ÷ 2.76 tokens/s measured now "
-                    "on cpu (3 row(s)) = up to 5 min 48 s of decoding (task.limit or gen.max_new_tokens shorten it)")
+def test_the_line_counts_prefill_and_decoding_and_shows_past_a_minute():
+    fast = Speeds(prefill=1000.0, decode=16.0, rows=3, device="cpu")
+    assert cost_line(Work(3, 0, 3, 320), fast) is None  # 60 s of decoding exactly: said by nothing
+    # a short generation whose prefill dominates: 6 needle prompts of ~2,100 tokens, 12 new tokens each
+    needle = Work(items=6, prompt_tokens=12_600, samples=6, max_new_tokens=12)
+    assert cost_line(needle, Speeds(prefill=1000.0, decode=16.0, rows=4, device="cpu")) is None  # 12.6 s + 4.5 s
+    line = cost_line(needle, Speeds(prefill=150.0, decode=2.0, rows=4, device="cpu"))  # 84 s + 36 s
+    assert line == ("expected: up to 2 min 00 s on cpu, measured now = prefill of 6 prompt(s), 12,600 tokens ÷ 150 "
+                    "tokens/s (1 min 24 s) + 6 sample(s) x up to 12 new tokens (gen.max_new_tokens) ÷ 2 tokens/s with "
+                    "4 row(s) (36 s); task.limit or gen.max_new_tokens shorten it")
     assert duration(59.6) == "1 min 00 s" and duration(7265) == "2 h 01 min" and duration(SHOWN_S - 15) == "45 s"
 
 
@@ -24,19 +38,20 @@ class _Backend:
         self.model = model
 
 
-def test_the_speed_is_measured_on_the_loaded_model_and_announced_once(tiny_model, caplog):
-    speed = decode_tokens_per_s(tiny_model, rows=4, steps=2)
-    assert speed > 0
+def test_the_speeds_are_measured_on_the_loaded_model_and_announced_once(tiny_model, caplog):
+    assert decode_tokens_per_s(tiny_model, rows=4, steps=2) > 0
+    assert prefill_tokens_per_s(tiny_model, 64) > 0
     with caplog.at_level(logging.INFO, logger="evals.execute.expected"):
-        line = announce(_Backend(tiny_model), samples=10**6, max_new_tokens=32768, rows="auto")
-    assert line is not None and line.startswith("expected: 1000000 sample(s) x up to 32768 new tokens")
-    assert "(4 row(s))" in line  # the CPU engine's forward holds at least 4 rows
+        line = announce(_Backend(tiny_model), Work(10**6, 10**9, 10**6, 32768), rows="auto")
+    assert line is not None and line.startswith("expected: up to ")
+    assert "prefill of 1000000 prompt(s), 1,000,000,000 tokens" in line
+    assert "1000000 sample(s) x up to 32768 new tokens" in line and "with 4 row(s)" in line  # CPU: 4 rows at least
     assert [r.getMessage() for r in caplog.records] == [line]
 
 
-def test_a_short_run_or_a_backend_without_weights_measures_nothing(tiny_model):
-    assert announce(_Backend(tiny_model), samples=3, max_new_tokens=12, rows=4) is None
-    assert announce(_Backend(None), samples=10**6, max_new_tokens=32768, rows=4) is None
+def test_a_short_run_or_a_backend_without_weights_says_nothing(tiny_model):
+    assert announce(_Backend(tiny_model), Work(3, 30, 3, 12), rows=4) is None
+    assert announce(_Backend(None), Work(10**6, 10**9, 10**6, 32768), rows=4) is None
 
 
 @pytest.mark.parametrize("overrides, tokens", [

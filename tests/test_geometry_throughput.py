@@ -104,3 +104,15 @@ def test_the_sweep_table_carries_throughput_with_rows_and_latency(tmp_path, capl
     with caplog.at_level("INFO", logger="evals.sweep"):
         sweep.on_multirun_end(None)
     assert "throughput 160 tok/s (rows 8) · latency 4 s/sample · keeps every token (= full cache)" in caplog.text
+
+
+@pytest.mark.parametrize("method, knobs, shown", [
+    ("rkv", {"budget": 512, "interval": 128, "window": 8}, " (budget=512 (cache))"),  # a decode-time budget
+    ("snapstream", {"prompt_budget": 128, "recent": 256, "sinks": 4}, " (prompt_budget=128 (prompt), recent=256)"),
+    ("streaming_llm", {"prompt_budget": 1024, "recent": 1020}, " (prompt_budget=1024 (cache), recent=1020)"),
+    ("none", {}, ""),
+])
+def test_the_headline_names_the_methods_own_budget_and_what_it_caps(method, knobs, shown):
+    from evals.report.run_headline import budget_text
+
+    assert budget_text(method, knobs) == shown

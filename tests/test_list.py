@@ -55,3 +55,14 @@ def test_methods_show_their_effective_defaults_and_hf_is_the_decode_engine():
         assert shown == {k: str(v) for k, v in cls().knobs().items() if k in shown}
     assert "decode engine" in out["backend=hf"]
     assert lines()[-1].endswith("python -m evals.run --cfg job --resolve [overrides]")
+
+
+def test_every_method_is_described_in_a_sentence_before_its_knobs():
+    out = {x.split()[0]: x for x in lines() if x.startswith("  compression=")}
+    assert set(out) == {f"compression={name}" for name in METHODS}
+    for name, line in out.items():
+        text = line.split("]", 1)[1].split("; knobs: ")[0].strip()
+        assert len(text.split()) >= 5 and "``" not in text, line  # a sentence, read from the method's module
+    assert "R-KV: redundancy-aware KV compression" in out["compression=rkv"]
+    assert "TriAttention: keys scored against calibrated query statistics" in out["compression=triattention"]
+    assert out["compression=none"].endswith("; knobs: none")

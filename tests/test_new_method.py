@@ -109,7 +109,7 @@ def test_it_shows_up_in_the_hydra_group(registered):
         "prints every key and its value)"
     ]
     (line,) = validate([*TINY, "compression=keep_frist"])
-    assert line.startswith("compression=keep_frist: unknown option; available: ")
+    assert line.startswith("compression=keep_frist: unknown option (did you mean compression=keep_first?); available: ")
     assert line.split("available: ")[1].split(" (")[0].split(", ") == sorted(METHODS) == sorted(options("compression"))
     del METHODS["keep_first"]  # unregistered again: its node and knob leave the group at the next registration
     assert validate([*TINY, "compression=keep_first"])[0].startswith("compression=keep_first: unknown option")

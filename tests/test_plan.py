@@ -58,6 +58,8 @@ def test_paper_grid_fits_an_80_gb_card_with_headroom_and_costs_at_most_150_gpu_h
     assert 0 < hours <= min(TODAY_COMPILED_GPU_HOURS / 3, PAPER_GOAL_GPU_HOURS)
     printed = float(text.split("GPU-hours: ", 1)[1].split()[0])
     assert printed == pytest.approx(hours, abs=0.1)
+    assert "without deduplication) of one NVIDIA H100 SXM5 80GB; " in text  # the unit the README quotes
+    assert "x the estimate of this grid before rows were planned" in text  # the paper grid's own earlier estimate
     assert "every job fits" in text
 
 
@@ -213,7 +215,7 @@ def test_the_paper_grid_figures_in_the_readme_and_docs_are_the_planners(paper):
     readme, plan_md = _quoted("README.md"), _quoted("docs/plan.md")
     assert f"{jobs} jobs, {dirs} run directories, {aliased} identical to the full cache, {computed} computed" in readme
     assert f"largest peak {peak:.1f} GiB" in readme
-    assert f"**{hours:.1f} H100-hours** ({without:.1f} without deduplication)" in readme
+    assert f"**{hours:.1f} GPU-hours** ({without:.1f} without deduplication) of one H100" in readme  # as printed
     assert f"{jobs} jobs, {dirs} run directories, {aliased} jobs identical to the full cache, {computed} computed" \
         in plan_md
     assert f"**{hours:.1f} GPU-hours** ({without:.1f} without deduplication)" in plan_md

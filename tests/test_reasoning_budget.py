@@ -1,9 +1,11 @@
 """``+experiment=reasoning_budget``: TriAttention's AIME table as five jobs, costed by ``evals.plan`` before anything
-loads, each method at a 512-entry footprint, and refused in one line while its calibration file is missing."""
+loads, each method at a 512-entry footprint; a missing calibration file is noted in the plan and refused in one line
+by the run."""
 
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 import torch
 
 from evals.plan.__main__ import main as plan_main
@@ -32,9 +34,23 @@ def test_the_plan_costs_five_jobs_at_one_footprint_before_anything_loads(tmp_pat
     assert plan.loc["none", "slots"] > 32768
 
 
-def test_a_missing_calibration_is_one_line_before_anything_loads(tmp_path, monkeypatch, capsys):
+def test_a_missing_calibration_is_noted_in_the_plan_and_refused_by_the_run(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("SNAPSTREAM_CACHE", str(tmp_path / "empty"))
-    assert plan_main(["-m", "+experiment=reasoning_budget", f"out_root={tmp_path}"]) == 2
+    assert plan_main(["-m", "+experiment=reasoning_budget", f"out_root={tmp_path}"]) == 0  # planning needs no data
+    plan = pd.read_csv(tmp_path / "plan.csv")
+    assert sorted(plan["compression"]) == ["none", "rkv", "snapkv_decode", "snapstream", "triattention"]
+    out = capsys.readouterr().out.splitlines()
+    notes = [line for line in out if line.startswith("note: ")]
+    assert len(notes) == 1 and "compression=triattention" in notes[0]
+    assert "compression.calibration: no such file yet" in notes[0] and "r1_distill_llama_8b.safetensors" in notes[0]
+    assert "evals.run refuses the job" in notes[0] and "python -m evals.calibrate" in notes[0]
+    assert not any("x the estimate of this grid" in line for line in out)  # compared with the paper grid only
+
+    from evals.cli import precheck  # the run itself refuses it, in one line, before anything loads
+
+    with pytest.raises(SystemExit) as exit_:
+        precheck(["-m", "+experiment=reasoning_budget", f"out_root={tmp_path}"])
+    assert exit_.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "compression=triattention" in err[0]
-    assert "compression.calibration: no such file" in err[0] and "r1_distill_llama_8b.safetensors" in err[0]
+    assert "compression.calibration: no such file" in err[0]

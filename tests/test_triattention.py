@@ -156,6 +156,16 @@ def test_calibrate_writes_a_file_from_text_that_the_model_accepts(tmp_path):
     assert header.extra["model"] == "tiny_llama" and int(header.extra["tokens"]) == 64
 
 
+def test_the_calibration_forward_pass_reports_each_layer_as_it_is_read(tiny_model):
+    from snapstream_core.calibration import query_statistics
+
+    seen = []
+    ids = torch.arange(32)[None]
+    q_mean, q_abs = query_statistics(tiny_model, ids, on_layer=lambda done, total: seen.append((done, total)))
+    assert seen == [(1, 2), (2, 2)]  # a progress bar moves during the one long forward pass
+    assert torch.equal(q_mean, query_statistics(tiny_model, ids)[0])  # the callback changes nothing
+
+
 def test_the_references_own_stats_file_converts_and_an_incomplete_one_is_refused(tmp_path):
     from evals.calibrate import from_reference, model_config
     from snapstream_core.calibration import load_stats

@@ -54,8 +54,24 @@ def one_line(exc: BaseException, overrides: list[str] | None = None) -> str:
                 f"(options: {', '.join(options(appended[1]))})")
     missing = re.match(r"In '[^']*': Could not find '([^/']+)/([^']+)'", first)
     if missing and missing[1] in GROUPS:
-        return f"{missing[1]}={missing[2]}: unknown option; available: {', '.join(options(missing[1]))}"
+        close = difflib.get_close_matches(missing[2], options(missing[1]), n=1)
+        hint = f" (did you mean {missing[1]}={close[0]}?)" if close else ""
+        return f"{missing[1]}={missing[2]}: unknown option{hint}; available: {', '.join(options(missing[1]))}"
+    lexer = re.fullmatch(r"LexerNoViableAltException: (.*)", first)
+    if lexer:
+        return _unparsable(lexer[1])
     return first
+
+
+def _unparsable(override: str) -> str:
+    """The one line for an override Hydra's lexer cannot read: a value starting with ``~`` (the shell expands ``~``
+    only at the start of a word, never after ``=``, and the grammar has no ``~`` in values) gets the ``$HOME`` form;
+    anything else is told to quote its value."""
+    key, _, value = override.partition("=")
+    if value.startswith("~"):
+        return (f"{override}: Hydra cannot read a value starting with ~ and the shell does not expand ~ after =; "
+                f"write {key}=$HOME{value[1:]}")
+    return f"{override}: Hydra cannot read this value; quote it: '{key}=\"{value}\"'"
 
 
 def _key_hint(key: str, overrides: list[str]) -> str:

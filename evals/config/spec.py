@@ -25,6 +25,7 @@ from evals.config.registry import backend_traits
 from evals.config.shape import positions_of, rope_of, shape_from_model
 from evals.config.shard import Shard, parse_shard
 from snapstream_core.api import compression_from_config
+from snapstream_core.methods import METHODS
 from snapstream_core.methods.base import CompressionMethod
 from snapstream_core.sampling import SamplingConfig
 from tasks import get_task
@@ -73,6 +74,21 @@ class RunSpec:
         return self.gen.sampling
 
 
+def _defer_run_files(compression: dict[str, Any], notes: list[str]) -> list[str]:
+    """The method's ``run_files`` knobs whose file is not there (unset, or no such file), each noted in ``notes``."""
+    cls = METHODS.get(str(compression.get("method")))
+    deferred = []
+    for knob in getattr(cls, "run_files", ()):
+        path = compression.get(knob)
+        if path is not None and Path(str(path)).is_file():
+            continue
+        deferred.append(knob)
+        what = "not set" if path is None else f"no such file yet: {path}"
+        notes.append(f"compression.{knob}: {what}; planned without it, evals.run refuses the job until it is there"
+                     f"{'; ' + cls.run_files_doc if cls.run_files_doc else ''}")
+    return deferred
+
+
 def resolve(cfg: DictConfig) -> dict[str, Any]:
     """The config as plain data, every interpolation resolved; a missing value or a broken interpolation raises
     ``ValueError`` naming the key."""
@@ -84,10 +100,14 @@ def resolve(cfg: DictConfig) -> dict[str, Any]:
         raise ValueError(f"{key}: {first}" if key else f"config: {first}") from None
 
 
-def check(cfg: DictConfig, *, offline: bool = False, planning: bool = False) -> RunSpec:
+def check(cfg: DictConfig, *, offline: bool = False, planning: bool = False,
+          notes: list[str] | None = None) -> RunSpec:
     """Validate the whole config (raises ``ValueError`` naming the field) without reading data or loading a model;
     returns the run's :class:`RunSpec`. ``planning``: the caller is the planner (``python -m evals.plan``), which
-    reads ``plan.gpus`` and ``plan.shards``; a run refuses them (one device per process: ``shard=K/N``)."""
+    reads ``plan.gpus`` and ``plan.shards``; a run refuses them (one device per process: ``shard=K/N``). With
+    ``notes`` (a plan, which needs no run-time data), a file the method reads at run time (``run_files``:
+    TriAttention's calibration) that is not there yet is appended to ``notes`` as one line and the method is checked
+    without it, instead of refused; ``evals.run`` passes none and refuses it."""
     container = resolve(cfg)
     strict.check(container)  # booleans, integers and appended keys, by type
     check_planner_knobs(container.get("plan") or {}, planning=planning)
@@ -100,7 +120,9 @@ def check(cfg: DictConfig, *, offline: bool = False, planning: bool = False) -> 
     validate = hook(task, "validate")
     if validate is not None:
         validate(cfg.task)
-    method = compression_from_config(container["compression"])
+    compression = container["compression"]
+    deferred = _defer_run_files(compression, notes) if notes is not None else []
+    method = compression_from_config({k: None if k in deferred else v for k, v in compression.items()})
     gen = gen_settings(container["gen"])
     if gen.batch_size > 1 and method.knobs().get("ratio") is not None:
         raise ValueError(
@@ -114,7 +136,7 @@ def check(cfg: DictConfig, *, offline: bool = False, planning: bool = False) -> 
     if traits.loads_weights:
         check_model_config(cfg.model, reach=not offline)
         _check_family(container)
-        if method.needs_shape:  # e.g. a calibration file made for this model (triattention)
+        if method.needs_shape and not deferred:  # e.g. a calibration file made for this model (triattention)
             method.check_shape({**asdict(shape_from_model(container["model"])), **rope_of(container["model"])})
     gpus = parse_gpus(container.get("gpus"))
     if gpus is not None:

@@ -32,6 +32,7 @@ class CachingBackend(Backend):
 
     name = property(lambda self: self.inner.name)
     tokenizer = property(lambda self: self.inner.tokenizer)
+    model = property(lambda self: self.inner.model)
     loads_weights = property(lambda self: self.inner.loads_weights)
     replays = property(lambda self: self.inner.replays)
     needs_prompts = property(lambda self: self.inner.needs_prompts)
@@ -70,3 +71,6 @@ class CachingBackend(Backend):
 
     def report_missing(self, n_items: int) -> None:
         self.inner.report_missing(n_items)
+
+    def watch(self, callback: Callable[[int, int], None] | None) -> None:
+        self.inner.watch(callback)

@@ -22,7 +22,7 @@ from evals.execute.progress import Progress
 from evals.execute.regrade import generated_here, refresh_resumed, regrade
 from evals.execute.row import build_row
 from evals.execute.sample_cache import SampleCache, reused_row, sample_key_base
-from evals.execute.work import missing, pending_work, produce, score
+from evals.execute.work import expected_work, missing, pending_work, produce, score
 from evals.record.rows import RowWriter, done_keys, read_rows
 from evals.record.rundir import SAMPLES
 from evals.record.throughput import GenClock
@@ -55,16 +55,19 @@ def generate_and_score(p: RunPlan, items: list, replay: Backend | None = None, *
         log.info("resuming %s: %d rows already there, %d items to go", p.run_dir, len(done), len(work))
     store = PromptStore(prompts_path)
     total = sum(len(w.sample_idx) for w in work)
-    if generates and total:
-        announce(backend, total, p.spec.gen.max_new_tokens, p.rows)
+    expected = expected_work(p, backend, work) if generates and total else None
+    if expected is not None:
+        announce(backend, expected, p.rows)
     clock = GenClock(rows=p.rows, measured=generates)
-    with RowWriter(samples_path) as writer, Progress(p, total) as progress:
+    with RowWriter(samples_path) as writer, Progress(p, total, expected) as progress:
+        backend.watch(progress.on_tokens)
         for ended in clock.timed(produce(p, backend, work, store)):
             for outcome in score(p, ended):
                 row = build_row(p, outcome)
                 writer.write(row)
                 backend.keep(outcome.request.item, row, store.known.get(row["prompt_hash"]))
             progress.update(ended)
+        backend.watch(None)
     info = backend.meta()
     info = {**info, **clock.meta(info)}
     return {**info, "cached_rows": reused} if reused else info

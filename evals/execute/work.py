@@ -8,9 +8,12 @@ from typing import Any
 
 from evals.execute.backends.base import Backend, Request, Sample
 from evals.execute.backends.prompts import PromptStore
+from evals.execute.expected import Work as ExpectedWork
 from evals.execute.prepare import RunPlan
 from tasks.base import Prompt
 from tasks.protocol import answer_part, hook, score_all
+
+COUNTED = 64  # prompts tokenized for the cost line (the rest counted at their mean)
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,20 @@ def pending_work(backend: Backend, p: RunPlan, items: list, done: set[tuple[str,
     work = missing(items, lambda item_id: backend.samples_for(item_id, p.sampling.n), done)
     backend.report_missing(len(items))
     return work
+
+
+def expected_work(p: RunPlan, backend: Backend, work: list[Work], counted: int = COUNTED) -> ExpectedWork:
+    """What ``work`` will generate: its items, their prompt tokens (the first ``counted`` prompts rendered and
+    tokenized as the backend will send them, the rest at their mean), samples and new tokens at most."""
+    samples = sum(len(w.sample_idx) for w in work)
+    if not work or not backend.needs_prompts:
+        return ExpectedWork(len(work), 0, samples, p.spec.gen.max_new_tokens)
+    lengths = []
+    for w in work[:counted]:
+        prompt = p.task.prompt(w.item, p.spec.model, cfg=p.spec.task, tokenizer=backend.tokenizer)
+        lengths.append(backend.prompt_tokens(prompt if isinstance(prompt, Prompt) else Prompt(prompt)) or 0)
+    tokens = round(sum(lengths) * len(work) / len(lengths))
+    return ExpectedWork(len(work), tokens, samples, p.spec.gen.max_new_tokens)
 
 
 def missing(items: list, wanted: Callable[[str], Iterable[int]], done: set[tuple[str, int]]) -> list[Work]:

@@ -30,12 +30,14 @@ def main(argv: list[str]) -> int:
     logging.getLogger("snapstream_core.api").setLevel(logging.ERROR)  # "none keeps the full cache: ... not used"
     try:
         composed = compose_jobs(argv)
-        jobs = []
+        jobs, notes = [], []
         for overrides, container in composed:
-            try:
-                # evals.run's own check: what it refuses, so do we (plan.gpus and plan.shards are ours)
-                spec = check(OmegaConf.create(container), offline=True, planning=True)
+            try:  # evals.run's own check: it refuses, so do we (plan.gpus and plan.shards are ours; a run-time file
+                # not there yet is a note, not a stop)
+                found: list[str] = []
+                spec = check(OmegaConf.create(container), offline=True, planning=True, notes=found)
                 jobs.append(job_from_spec(spec))
+                notes += [f"{' '.join(overrides)}: {note}" for note in found]
             except ValueError as exc:
                 raise UserError(f"{' '.join(overrides)}: {exc}") from None
     except UserError as exc:
@@ -53,7 +55,10 @@ def main(argv: list[str]) -> int:
     wall = wall_clock(planned, gpus, shards)
     unsharded = wall_clock(planned, gpus, 1).hours if shards != 1 else None
     path = write_csv(planned, Path(jobs[0].out_root) / "plan.csv", wall)
-    print(render(planned, memory_gib, wall, shards, unsharded))
+    print(render(planned, memory_gib, wall, shards, unsharded,
+                 paper="paper" in composed[0][1]))  # +experiment=paper sets the paper: block
+    for note in notes:
+        print(f"note: {note}")
     print(f"wrote {path}")
     return 0
 

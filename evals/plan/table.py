@@ -6,7 +6,7 @@ import csv
 from pathlib import Path
 
 from evals.plan.cost import mean_prompt_tokens, read_slots, step_terms
-from evals.plan.device import GIB
+from evals.plan.device import GIB, H100
 from evals.plan.job import peak_terms
 from evals.plan.planner import Planned
 from evals.plan.wallclock import WallClock, wall_line
@@ -19,6 +19,7 @@ COLUMNS = (
 )
 TODAY_COMPILED_GPU_HOURS = 750  # the paper grid's estimate before rows were planned (after its OOM fixes), compiled
 TODAY_EAGER_GPU_HOURS = 1940
+PAPER_JOBS = 72  # the whole paper grid (conf/experiment/paper.yaml): the only grid those two estimates were made for
 
 
 def row(p: Planned) -> dict:
@@ -74,10 +75,12 @@ def totals(planned: list[Planned]) -> dict:
 
 
 def render(planned: list[Planned], memory_gib: float, wall: WallClock | None = None, shards: int | str = 1,
-           unsharded: float | None = None) -> str:
+           unsharded: float | None = None, paper: bool = False) -> str:
     """The table (one line per job) and the totals, as printed by ``python -m evals.plan``; with ``wall``, the
     wall clock of the grid on ``wall.gpus`` GPUs (:mod:`evals.plan.wallclock`) beside its GPU-hours (and
-    ``unsharded``, the same GPUs' wall clock with one piece per job)."""
+    ``unsharded``, the same GPUs' wall clock with one piece per job). GPU-hours are hours of the planner's device
+    (``evals.plan.device.H100``); ``paper``: the grid is the whole paper grid, compared with its estimate before rows
+    were planned (no other grid has one)."""
     head = f"{'model':22} {'task':14} {'method':13} {'budget':>6} {'n':>3} {'rows':>4} {'slots':>6} " \
            f"{'peak GiB':>8} {'GPU-h':>7}  same as"
     lines = [head, "-" * len(head)]
@@ -93,9 +96,10 @@ def render(planned: list[Planned], memory_gib: float, wall: WallClock | None = N
         "",
         f"jobs {t['jobs']}, run directories {t['run_dirs']} ({t['same_dir']} jobs share one), "
         f"{t['aliased']} identical to the full cache, {t['computed']} computed",
-        f"GPU-hours: {t['gpu_hours']:.1f} ({t['gpu_hours_without_dedup']:.1f} without deduplication); "
-        f"{t['gpu_hours'] / TODAY_COMPILED_GPU_HOURS:.2f}x the estimate of this grid before rows were planned "
-        f"(~{TODAY_COMPILED_GPU_HOURS} compiled, ~{TODAY_EAGER_GPU_HOURS} eager)",
+        f"GPU-hours: {t['gpu_hours']:.1f} ({t['gpu_hours_without_dedup']:.1f} without deduplication) of one "
+        f"{H100.name}" + (f"; {t['gpu_hours'] / TODAY_COMPILED_GPU_HOURS:.2f}x the estimate of this grid before rows "
+                          f"were planned (~{TODAY_COMPILED_GPU_HOURS} compiled, ~{TODAY_EAGER_GPU_HOURS} eager)"
+                          if paper and len(planned) == PAPER_JOBS else ""),
         *([wall_line(wall, shards, unsharded)] if wall is not None else []),
         f"largest peak {t['max_peak_gib']:.1f} GiB of plan.memory_gib={memory_gib:g}"
         + (f"; {t['unfit']} job(s) do not fit" if t["unfit"] else "; every job fits"),

@@ -93,13 +93,26 @@ def _fmt(value: float | None, unit: str) -> str:
     return f"{value:.1f}" if unit == "%" else f"{value:.4g}"
 
 
+def budget_text(method: str, knobs: dict[str, Any]) -> str:
+    """`` (budget=512 (cache))``: the method's own budget knob with what it caps (the prompt, or the whole cache:
+    ``CompressionMethod.budget_cap``), then ``recent`` and ``ratio`` when set; ``""`` for none of them."""
+    from evals.report.references import method_cap  # lazy: pandas
+    from snapstream_core.methods import METHODS
+
+    cls = METHODS.get(method)
+    own = cls.budget_knob if cls is not None else "prompt_budget"
+    cap = method_cap(method)
+    shown = [f"{k}={v}" + (f" ({cap})" if k == own and cap in ("prompt", "cache") else "")
+             for k, v in knobs.items() if k in (own, "prompt_budget", "recent", "ratio")]
+    return f" ({', '.join(shown)})" if shown else ""
+
+
 def headline_text(res: dict[str, Any]) -> str:
     """The lines a run ends with (see :func:`run_results`)."""
     cfg = res["config"]
     knobs = {k: v for k, v in cfg["compression"].items() if k != "method" and v is not None}
     method = cfg["compression"].get("method", "?")
-    shown = ", ".join(f"{k}={v}" for k, v in knobs.items() if k in ("prompt_budget", "recent", "ratio"))
-    head = f"{cfg['task']} · {cfg['model']} · {method}" + (f" ({shown})" if shown else "")
+    head = f"{cfg['task']} · {cfg['model']} · {method}" + budget_text(str(method), knobs)
     (counts,) = res["n-samples"].values()
     lines = [f"result: {head}"]
     for m, r in res["metrics"].items():

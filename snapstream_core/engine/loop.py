@@ -110,6 +110,8 @@ class EngineStats:
     slots_read: int = 0
     slots_held: int = 0
     blocks: list[tuple[int, float]] = field(default_factory=list)
+    prefilled: int = 0  # prompt tokens prefilled so far
+    decoded: int = 0  # tokens decoded so far: the busy rows of every step (a sample's tokens after its end included)
 
     @property
     def read_share(self) -> float:
@@ -130,7 +132,9 @@ class Engine:
         no bound; default ``READ_BLOCK`` eager, None compiled: one graph shape, where FlexAttention bounds each
         row's reads instead); ``planned_bytes``: the planner's peak, quoted by an out-of-memory error;
         ``step_context``: a context manager factory entered around each run of decode steps between host reads
-        (a measurement's hook: ``bench.gpu_check`` counts host reads there).
+        (a measurement's hook: ``bench.gpu_check`` counts host reads there). ``on_progress`` (an attribute, None by
+        default): called as ``on_progress(stats.prefilled, stats.decoded)`` after each prefill and each run of
+        decode steps, so a caller's progress line moves while a batch decodes; it changes no output.
     """
 
     def __init__(
@@ -179,6 +183,7 @@ class Engine:
         self.cache: RowCache | None = None
         self.batch: RowBatch | None = None
         self.compactor: Compactor | None = None
+        self.on_progress: Callable[[int, int], None] | None = None
 
     # ------------------------------------------------------------------ per-row state
     def _alloc(self, prefix: CompressedCache, slots: int, width: int) -> None:
@@ -242,6 +247,7 @@ class Engine:
                 raise self._oom(self.step_fn.stage(), exc) from exc
             raise
         self._sched.stepped(hi)
+        self.stats.decoded += len(busy)
         if filled is None:
             self.stats.slots_read += hi * n
         else:  # blocks each row reads, the last one cut at n (added to the stats at the next host read)
@@ -315,6 +321,10 @@ class Engine:
             ))
         return finished
 
+    def _report(self) -> None:
+        if self.on_progress is not None:
+            self.on_progress(self.stats.prefilled, self.stats.decoded)
+
     def _fold_reads(self) -> None:
         """Add the device-side slot reads of the bounded steps to the stats (at a host read: no extra wait)."""
         if self.bounded and self.batch is not None:
@@ -340,6 +350,7 @@ class Engine:
                 raise self._oom(f"prefill of a {len(item.ids)}-token prompt", exc) from exc
             raise
         self.stats.prefills += 1
+        self.stats.prefilled += len(item.ids)
         return out
 
     def plan_slots(self, items: Sequence[EngineItem], max_prompt_tokens: int | None = None) -> tuple[int, int]:
@@ -398,6 +409,7 @@ class Engine:
                         prefixes[job.item] = self._prefill(seen[job.item])
                         prefill_s[job.item] = time.perf_counter() - start
                         kv[job.item] = prefixes[job.item][0].stats.as_row()
+                        self._report()
                         if not sized:
                             self._alloc(prefixes[job.item][0], slots, width)
                             sized = True
@@ -420,5 +432,6 @@ class Engine:
                     self._decode(sched.busy_rows())
             ended = self._harvest(sched, seen, prefill_s, kv)
             self.stats.blocks.append((self.check_every, time.perf_counter() - start))
+            self._report()
             if ended:
                 yield ended

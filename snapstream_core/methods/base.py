@@ -210,6 +210,10 @@ class CompressionMethod:
 
     # Whether :meth:`check_shape` needs the model's shape (``evals.config.spec.check`` reads it only then).
     needs_shape: ClassVar[bool] = False
+    # knobs that name a file the method reads at run time (TriAttention's calibration): a plan, which needs no
+    # run-time data, notes one that is missing instead of refusing it (evals.config.spec.check, ``plan_only``)
+    run_files: ClassVar[tuple[str, ...]] = ()
+    run_files_doc: ClassVar[str] = ""  # how to make them, quoted by that note
 
     def check_shape(self, shape: Mapping[str, Any]) -> None:
         """Refuse (``ValueError``, one line) a model this configuration cannot run on, before weights load.

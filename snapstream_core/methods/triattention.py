@@ -78,6 +78,9 @@ class TriAttention(DecodeMethod):
         if self.positions != "original":
             raise ValueError(f"compression.positions: {self.method} compacts in the engine, which keeps original "
                              f"positions; got {self.positions!r}")
+        if self.calibration is not None and str(self.calibration).strip().lower() in ("", "none", "null"):
+            raise ValueError(f"compression.calibration: required, the model's query statistics (a file: python -m "
+                             f"evals.calibrate model=NAME writes one; docs/triattention.md), got {self.calibration!r}")
         if self.calibration is not None:
             from snapstream_core.calibration import read_header
 
@@ -86,6 +89,8 @@ class TriAttention(DecodeMethod):
 
     # ------------------------------------------------------------------ the model it is calibrated for
     needs_shape: ClassVar[bool] = True
+    run_files: ClassVar[tuple[str, ...]] = ("calibration",)
+    run_files_doc: ClassVar[str] = "python -m evals.calibrate model=NAME writes it (docs/triattention.md)"
 
     def check_shape(self, shape: Mapping[str, Any]) -> None:
         """Refuse (one line) a missing calibration or one made for another model shape (layers, heads, KV heads,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +55,7 @@ class Backend(ABC):
 
     name: str = ""
     tokenizer: Any = None  # None for backends that load no tokenizer
+    model: Any = None  # the loaded torch model, for backends that hold one (its speed is measured before a run)
     loads_weights: bool = False
     replays: bool = False
     needs_prompts: bool = True
@@ -101,3 +102,7 @@ class Backend(ABC):
 
     def keep(self, item: Any, row: dict[str, Any], prompt: dict[str, Any] | None) -> None:
         """A finished row of the run, for a backend that keeps them (the sample cache); by default dropped."""
+
+    def watch(self, callback: Callable[[int, int], None] | None) -> None:
+        """Call ``callback(prompt_tokens_prefilled, tokens_decoded)`` (counts so far) while generating, between the
+        samples it yields, for a progress line that moves while a batch decodes; None stops. By default never."""

@@ -6,7 +6,7 @@ import itertools
 import logging
 import time
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -72,6 +72,7 @@ class HFBackend(Backend):
         self.planned_bytes = planned_bytes
         self.engine: Engine | None = None  # one per backend: every request of the run, follow-ups included
         self.engines = 0
+        self._watch: Callable[[int, int], None] | None = None  # the run's progress line (watch)
         self.method = method
         self.sampling = sampling
         self.compile = compile
@@ -100,6 +101,13 @@ class HFBackend(Backend):
             return
         self._warned_positions = True
         log.warning(positions_advice(prompt_tokens, max_new, positions, str(self.model_cfg.name)))
+
+    def watch(self, callback: Callable[[int, int], None] | None) -> None:
+        """``callback(prompt tokens prefilled, tokens decoded)`` after each prefill and run of decode steps of the
+        engine (counts since the backend was built; the eager path of ``positions=in_cache`` reports nothing)."""
+        self._watch = callback
+        if self.engine is not None:
+            self.engine.on_progress = callback
 
     def meta(self) -> dict[str, Any]:
         """For ``meta.json``: ``decode_compile`` = the ``gen.compile`` value, whether decode ran compiled, the first
@@ -174,6 +182,7 @@ class HFBackend(Backend):
                 planned_bytes=self.planned_bytes,
             )
             self.engines += 1
+        self.engine.on_progress = self._watch
         return self.engine
 
     def _stream_engine(self, requests: Iterable[Request]) -> Iterator[list[tuple[Request, Sample]]]:
