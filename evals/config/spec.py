@@ -37,6 +37,8 @@ class BackendSpec:
     replays: bool
     path: str | None = None
     partial: bool = False
+    engine: bool = True  # runs our decode engine (evals.config.registry.Traits.engine)
+    settings: Any = None  # the backend's own checked keys (Traits.settings: backend=vllm's VLLMSettings)
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,9 @@ def check(cfg: DictConfig, *, offline: bool = False) -> RunSpec:
             f"(a left-padded batch shares one budget), got {gen.batch_size}"
         )
     traits = backend_traits(cfg.backend.name)
+    settings = None
+    if traits.settings is not None:
+        settings = traits.settings(container["backend"], container["model"], method.method, container["gen"])
     if traits.loads_weights:
         check_model_config(cfg.model, reach=not offline)
         _check_family(container)
@@ -115,7 +120,8 @@ def check(cfg: DictConfig, *, offline: bool = False) -> RunSpec:
         compression_tag=str(container["compression"].get("tag", method.method)),
         gen=gen,
         backend=BackendSpec(name=str(backend["name"]), loads_weights=traits.loads_weights, replays=traits.replays,
-                            path=backend.get("path"), partial=bool(backend.get("partial", False))),
+                            path=backend.get("path"), partial=bool(backend.get("partial", False)),
+                            engine=traits.engine, settings=settings),
         out_root=str(container.get("out_root", "")),
         run_dir=str(container.get("run_dir", "")),
         overwrite=bool(container.get("overwrite", False)),
