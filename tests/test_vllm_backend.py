@@ -173,8 +173,12 @@ def test_a_run_writes_vllm_rows_decoded_as_the_hf_backend_does_and_resumes(fake_
     from tasks.base import decode_keeping_think_tags
 
     monkeypatch.setenv("FAKE_VLLM_EOS", "1")
+    monkeypatch.setenv("FAKE_VLLM_LOG", str(tmp_path / "pids"))
     cfg = vllm_cfg(fake_python, f"out_root={tmp_path}")
     run_dir = run(cfg)
+    (pid,) = map(int, (tmp_path / "pids").read_text().split())
+    with pytest.raises(ProcessLookupError):  # the worker ended with its run (the next job of a sweep needs the GPU)
+        os.kill(pid, 0)
     rows = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
     assert len(rows) == 2 and {r["backend"] for r in rows} == {"vllm"}
     tok, spec = load_tokenizer(cfg.model), check(cfg)

@@ -28,7 +28,7 @@ class VLLMSettings:
     max_model_len: int | None
     tensor_parallel_size: int
     gpu_memory_utilization: float
-    enforce_eager: bool
+    enforce_eager: bool | None  # None: eager on a CPU build (compiling there costs minutes), vLLM's default elsewhere
     cpu_kv_cache_gib: float | None  # VLLM_CPU_KVCACHE_SPACE (a CPU build's KV pool); None: vLLM's default
     chunk: int  # requests sent to vLLM per call (rows are written after each)
     seed: int
@@ -36,8 +36,9 @@ class VLLMSettings:
     def engine(self) -> dict[str, Any]:
         """The keyword arguments of ``vllm.LLM(model, **engine)``."""
         out: dict[str, Any] = {"dtype": self.dtype, "tensor_parallel_size": self.tensor_parallel_size,
-                               "gpu_memory_utilization": self.gpu_memory_utilization,
-                               "enforce_eager": self.enforce_eager, "seed": self.seed}
+                               "gpu_memory_utilization": self.gpu_memory_utilization, "seed": self.seed}
+        if self.enforce_eager is not None:
+            out["enforce_eager"] = self.enforce_eager
         if self.max_model_len is not None:
             out["max_model_len"] = self.max_model_len
         return out
@@ -95,9 +96,9 @@ def vllm_settings(backend: dict[str, Any], model: dict[str, Any], compression: s
     util = backend.get("gpu_memory_utilization", 0.9)
     if isinstance(util, bool) or not isinstance(util, (int, float)) or not 0 < util <= 1:
         raise ValueError(f"backend.gpu_memory_utilization: must be in (0, 1], got {util!r}")
-    eager = backend.get("enforce_eager", False)
-    if not isinstance(eager, bool):
-        raise ValueError(f"backend.enforce_eager: must be true or false, got {eager!r}")
+    eager = backend.get("enforce_eager")
+    if eager is not None and not isinstance(eager, bool):
+        raise ValueError(f"backend.enforce_eager: must be true, false or null (eager on CPU), got {eager!r}")
     kv = backend.get("cpu_kv_cache_gib")
     if kv is not None and (isinstance(kv, bool) or not isinstance(kv, (int, float)) or not math.isfinite(kv)
                            or kv <= 0):

@@ -154,6 +154,15 @@ def _generate_and_score(p: RunPlan, items: list, replay: Backend | None = None) 
     if generates and (copied := _copy_if_same(p, items, done)) is not None:
         return copied
     backend = _backend(p, replay)
+    try:
+        return _generate_with(p, backend, items, done)
+    finally:
+        backend.close()  # a worker process (backend=vllm) ends with its run, not with the sweep
+
+
+def _generate_with(p: RunPlan, backend: Backend, items: list, done: set[tuple[str, int]]) -> dict[str, Any]:
+    samples_path = p.run_dir / SAMPLES
+    generates = p.spec.backend.loads_weights
     reused = _reuse_cached(p, backend, items, done) if not p.spec.overwrite else 0
     if reused and not missing(items, lambda item_id: range(p.sampling.n), done):
         return {"cached_rows": reused}  # every sample was in the cache: the wrapped backend is never built

@@ -111,5 +111,9 @@ class Backend(ABC):
         cache, :class:`~evals.execute.caching.CachingBackend`); by default none."""
         return []
 
+    def close(self) -> None:
+        """Release what the backend holds outside this process (a worker process); called when its run ends, so that
+        the next job of a sweep starts with the device free. By default nothing."""
+
     def keep(self, item: Any, row: dict[str, Any], prompt: dict[str, Any] | None) -> None:
         """A finished row of the run, for a backend that keeps them (the sample cache); by default dropped."""

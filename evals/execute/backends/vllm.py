@@ -9,6 +9,7 @@ and decoded here with the hf backend's functions, so text handling is the same. 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import logging
 import subprocess
@@ -27,7 +28,6 @@ from evals.execute.backends.hf import cut_at_stop, eos_ids
 from evals.execute.backends.prompts import prompt_record
 from evals.execute.backends.vllm_requests import kv_bytes_per_token, kv_figures, sample_seed, sampling_params
 from evals.execute.backends.worker_process import WorkerError, WorkerProcess
-from evals.execute.identity import file_sha256
 from snapstream_core.generate import cut_at_eos, stop_cut
 from snapstream_core.sampling import SamplingConfig
 from tasks.base import Prompt, decode_keeping_think_tags
@@ -86,7 +86,8 @@ class VLLMBackend(Backend):
         self.versions = worker_versions(settings.python)
         self.worker = WorkerProcess([settings.python, str(WORKER)], name="backend=vllm")
         engine = {**settings.engine(), "disable_log_stats": False, **extra}  # stats: each request's timings
-        log.info("backend=vllm: loading %s in %s (%s)", where, settings.python, self.versions["vllm"])
+        log.info("backend=vllm: loading %s in %s (%s; its log at DEBUG)", where, settings.python,
+                 self.versions["vllm"])
         start = time.perf_counter()
         try:
             loaded = self.worker.call({"op": "load", "model": where, "engine": engine, "env": settings.env()})
@@ -95,7 +96,7 @@ class VLLMBackend(Backend):
             raise RuntimeError(str(exc)) from None
         self.load_s = time.perf_counter() - start
         self.device = loaded.get("device") or {}
-        self.engine_args = engine
+        self.engine_args = loaded.get("engine", engine)
         self._check_device()
 
     @classmethod
@@ -103,7 +104,7 @@ class VLLMBackend(Backend):
         """The backend's name, the worker's vllm and torch versions and the worker file's hash."""
         versions = worker_versions(settings.python)
         return {"name": cls.name, "vllm": versions["vllm"], "torch": versions["torch"],
-                "worker_sha256": file_sha256(WORKER)}
+                "worker_sha256": hashlib.sha256(WORKER.read_bytes()).hexdigest()}
 
     def _check_device(self) -> None:
         wanted, got = str(self.model_cfg.device), self.device.get("platform")
@@ -192,7 +193,7 @@ class VLLMBackend(Backend):
         latency = timing["prefill_s"] + timing["decode_s"] if timing else share
         measured: dict[str, Any] = {"prefill_s": timing.get("prefill_s"), "decode_s": timing.get("decode_s"),
                                     "queue_s": timing.get("queue_s"), "sampling_warpers": warpers,
-                                    "decode_compiled": not self.settings.enforce_eager,
+                                    "decode_compiled": not self.engine_args.get("enforce_eager", False),
                                     "vllm_finish_reason": result.get("finish_reason")}
         sample = Sample(sample_idx=idx, completion=cut_at_stop(decode_keeping_think_tags(self.tokenizer, tokens), stop),
                         prompt_tokens=len(ids), gen_tokens=len(tokens), finish_reason=reason, latency_s=latency,

@@ -7,7 +7,8 @@ fd 1 is pointed at stderr before vllm loads, so vLLM's own log output never mixe
 Messages (one JSON object per line; each request gets exactly one reply, ``{"error": "..."}`` on failure):
 
 - ``{"op": "load", "model": DIR, "engine": {LLM kwargs}, "env": {VAR: value}}`` -> ``{"ok": true, "versions",
-  "device"}``: the environment set (``VLLM_CPU_KVCACHE_SPACE``) before vllm is imported, then ``vllm.LLM``.
+  "device", "engine"}``: the environment set (``VLLM_CPU_KVCACHE_SPACE``) before vllm is imported, then
+  ``vllm.LLM`` (``enforce_eager`` not given: true on a CPU build); ``engine``: the keywords it was built with.
 - ``{"op": "generate", "requests": [{"id", "prompt_token_ids", "params": {SamplingParams kwargs}}]}`` ->
   ``{"ok": true, "wall_s", "results": [{"id", "token_ids", "finish_reason", "stop_reason", "logprobs"}]}``
   (``logprobs``: per generated token, ``[[token_id, logprob], ...]`` best first, when asked for).
@@ -73,8 +74,13 @@ class Worker:
             os.environ[str(key)] = str(value)
         from vllm import LLM
 
-        self.llm = LLM(model=msg["model"], **msg.get("engine", {}))
-        return {"ok": True, "versions": versions(), "device": device()}
+        engine = dict(msg.get("engine", {}))
+        if "enforce_eager" not in engine:  # not given: eager on a CPU build, whose compile costs minutes at start
+            from vllm.platforms import current_platform
+
+            engine["enforce_eager"] = bool(current_platform.is_cpu())
+        self.llm = LLM(model=msg["model"], **engine)
+        return {"ok": True, "versions": versions(), "device": device(), "engine": engine}
 
     def close(self):
         """Stop vLLM's engine core the way vLLM does (best effort: the process group is killed after)."""
