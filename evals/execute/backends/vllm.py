@@ -115,7 +115,10 @@ class VLLMBackend(Backend):
 
     def close(self) -> None:
         """Shut the worker down (also done at exit)."""
-        self.worker.close()
+        start = time.perf_counter()
+        if self.worker.proc.poll() is None:
+            self.worker.close()
+            log.info("backend=vllm: worker stopped in %.1f s", time.perf_counter() - start)
 
     def meta(self) -> dict[str, Any]:
         """For ``meta.json``: the worker's versions, device and engine arguments, the load time and the calls."""
