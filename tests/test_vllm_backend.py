@@ -134,6 +134,22 @@ def test_a_dying_worker_is_one_line_quoting_its_stderr(fake_python, monkeypatch)
     assert "exit code 3" in msg and "out of memory while generating" in msg and "\n" not in msg
 
 
+def test_the_real_worker_in_a_python_without_vllm_says_so_in_one_line():
+    """The worker file itself (standard library only until it loads vLLM), run by this venv's python, which has no
+    vllm: its versions say so, and a load is refused with the setup hint, the worker still answering."""
+    from evals.execute.backends.vllm import WORKER
+
+    w = WorkerProcess([sys.executable, str(WORKER)], name="backend=vllm")
+    try:
+        with pytest.raises(WorkerError, match=r"vllm is not importable in .*make setup-vllm") as err:
+            w.call({"op": "load", "model": "m", "engine": {}})
+        assert "\n" not in str(err.value)
+        with pytest.raises(WorkerError, match="unknown op"):
+            w.call({"op": "nope"})
+    finally:
+        w.close()
+
+
 def test_a_missing_interpreter_is_one_line(tmp_path):
     with pytest.raises(WorkerError, match="cannot start"):
         WorkerProcess([str(tmp_path / "none"), "worker.py"], name="fake")

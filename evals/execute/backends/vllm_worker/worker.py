@@ -72,7 +72,11 @@ class Worker:
     def load(self, msg):
         for key, value in (msg.get("env") or {}).items():
             os.environ[str(key)] = str(value)
-        from vllm import LLM
+        try:
+            from vllm import LLM
+        except Exception as exc:  # noqa: BLE001 - a broken install (e.g. torchvision built for another torch)
+            raise RuntimeError(f"vllm is not importable in {sys.executable} ({type(exc).__name__}: {exc}); "
+                               "run `make setup-vllm` or set backend.python=<a python that has vllm>") from exc
 
         engine = dict(msg.get("engine", {}))
         if "enforce_eager" not in engine:  # not given: eager on a CPU build, whose compile costs minutes at start
