@@ -130,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
                     + ", ".join(f"{k} {v}" for k, v in TOLERANCE.items()) + ")")
     ap.add_argument("--cpu-kv-cache-gib", type=float, default=2.0, help="vLLM's CPU KV pool (ignored on a GPU)")
     ap.add_argument("--max-model-len", type=int, default=4096)
+    ap.add_argument("--gpu-memory-utilization", type=float, default=0.5,
+                    help="vLLM's share of the GPU (our engine holds its own copy of the model on the same GPU)")
     ap.add_argument("--out", default=str(REPO / "bench" / "results"))
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s] %(message)s")
@@ -142,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     common = [f"model={args.model}", "compression=none", "gen.temperature=0", "gen.n_samples=1",
               f"gen.max_new_tokens={args.max_new_tokens}"]
     vllm_keys = ["backend=vllm", f"backend.python={args.vllm_python}", "backend.enforce_eager=true",
-                 f"backend.max_model_len={args.max_model_len}", f"backend.cpu_kv_cache_gib={args.cpu_kv_cache_gib}"]
+                 f"backend.max_model_len={args.max_model_len}", f"backend.cpu_kv_cache_gib={args.cpu_kv_cache_gib}",
+                 f"backend.gpu_memory_utilization={args.gpu_memory_utilization}"]
     tasks = task_overrides(args)
     try:  # every config checked before anything loads
         specs = {t: check(compose([*common, *ov])) for t, ov in tasks.items()}
