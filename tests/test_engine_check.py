@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.engine_check.compare import first_difference, summary, verdict
+from bench.engine_check.compare import closest_call, first_difference, summary, verdict
 
 
 def test_first_difference():
@@ -36,8 +36,18 @@ def test_a_prefix_is_a_cut_not_a_tie():
 
 
 def test_summary_counts_each_verdict_per_task():
-    rows = [{"task": "a", "verdict": "identical"}, {"task": "a", "verdict": "tie"},
-            {"task": "b", "verdict": "UNEXPLAINED"}]
+    rows = [{"task": "a", "verdict": "identical", "closest_gap": 0.5},
+            {"task": "a", "verdict": "tie", "closest_gap": 0.2},
+            {"task": "b", "verdict": "UNEXPLAINED", "closest_gap": None}]
     assert summary(rows) == [
-        {"task": "a", "items": 2, "identical": 1, "tie_explained": 1, "unexplained": 0},
-        {"task": "b", "items": 1, "identical": 0, "tie_explained": 0, "unexplained": 1}]
+        {"task": "a", "items": 2, "identical": 1, "tie_explained": 1, "unexplained": 0, "closest_gap": 0.2},
+        {"task": "b", "items": 1, "identical": 0, "tie_explained": 0, "unexplained": 1, "closest_gap": None}]
+
+
+def test_the_closest_call_is_the_smallest_gap_before_the_difference():
+    top = [[(1, -0.1), (2, -3.0)], [(3, -0.69), (4, -0.70)], [(5, -0.5), (6, -0.5)]]
+    step, gap = closest_call(top)
+    assert step == 2 and gap == 0.0
+    step, gap = closest_call(top, upto=2)  # the step where the engines differ is not counted
+    assert step == 1 and abs(gap - 0.01) < 1e-12
+    assert closest_call(None) == (None, None)

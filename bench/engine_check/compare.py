@@ -68,6 +68,13 @@ def verdict(ours: Sequence[int], theirs: Sequence[int], ours_top: Top | None, vl
     return Verdict("UNEXPLAINED", note=why, **base)
 
 
+def closest_call(top: Sequence[Top] | None, upto: int | None = None) -> tuple[int | None, float | None]:
+    """(step, gap) of the smallest top-2 gap among the first ``upto`` steps of one engine's per-step top lists: how
+    near a tie the greedy path came where both engines agree."""
+    steps = [(k, t[0][1] - t[1][1]) for k, t in enumerate(list(top or ())[:upto]) if len(t) >= 2]
+    return min(steps, key=lambda s: s[1]) if steps else (None, None)
+
+
 def summary(rows: list[dict]) -> list[dict]:
     """One row per task: items, identical, tie-explained, unexplained."""
     out = []
@@ -76,5 +83,7 @@ def summary(rows: list[dict]) -> list[dict]:
         out.append({"task": task, "items": len(mine),
                     "identical": sum(r["verdict"] == "identical" for r in mine),
                     "tie_explained": sum(r["verdict"] == "tie" for r in mine),
-                    "unexplained": sum(r["verdict"] == "UNEXPLAINED" for r in mine)})
+                    "unexplained": sum(r["verdict"] == "UNEXPLAINED" for r in mine),
+                    "closest_gap": min((r["closest_gap"] for r in mine if r.get("closest_gap") is not None),
+                                       default=None)})
     return out

@@ -21,14 +21,14 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from bench.engine_check.compare import TOLERANCE, first_difference, summary, verdict
+from bench.engine_check.compare import TOLERANCE, closest_call, first_difference, summary, verdict
 from bench.models import REPO
 from bench.report import write_csv
 
 log = logging.getLogger("engine_check")
 
 FIELDS = ["task", "item_id", "prompt_tokens", "ours_tokens", "vllm_tokens", "verdict", "step", "ours_token",
-          "vllm_token", "ours_top2", "vllm_top2", "ours_gap", "vllm_gap", "note"]
+          "vllm_token", "ours_top2", "vllm_top2", "ours_gap", "vllm_gap", "closest_step", "closest_gap", "note"]
 
 
 def compose(overrides: list[str]):
@@ -97,11 +97,13 @@ def compare_task(task: str, hf, vllm, reqs: list, tol: float) -> list[dict]:
         v_top = b.top_logprobs[k] if k is not None and b.top_logprobs and k < len(b.top_logprobs) else None
         v = verdict(a.token_ids, b.token_ids, o_top, v_top, tol)
         gap_o, gap_v = v.gaps
+        near_step, near_gap = closest_call(b.top_logprobs, k)  # over the steps both engines agree on
         rows.append({"task": task, "item_id": str(req.item.item_id), "prompt_tokens": len(ids),
                      "ours_tokens": len(a.token_ids), "vllm_tokens": len(b.token_ids), "verdict": v.verdict,
                      "step": v.step, "ours_token": v.ours_token, "vllm_token": v.vllm_token,
                      "ours_top2": fmt_top(v.ours_top2), "vllm_top2": fmt_top(v.vllm_top2),
-                     "ours_gap": gap_o, "vllm_gap": gap_v, "note": v.note})
+                     "ours_gap": gap_o, "vllm_gap": gap_v, "closest_step": near_step, "closest_gap": near_gap,
+                     "note": v.note})
     return rows
 
 
@@ -110,9 +112,9 @@ def fmt_top(top) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    cols = ["task", "items", "identical", "tie_explained", "unexplained"]
+    cols = ["task", "items", "identical", "tie_explained", "unexplained", "closest_gap"]
     lines = ["  ".join(f"{c:>13}" for c in cols)]
-    lines += ["  ".join(f"{r[c]!s:>13}" for c in cols) for r in rows]
+    lines += ["  ".join(f"{r[c]:>13.2e}" if isinstance(r[c], float) else f"{r[c]!s:>13}" for c in cols) for r in rows]
     return "\n".join(lines)
 
 
@@ -174,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
                  vllm=vllm.versions.get("vllm"))
     write_csv(out / "engine_check_summary.csv", table_rows, [*table_rows[0]])
     print(f"\nour engine (compression=none) vs {vllm.versions.get('vllm')} on {device}, {args.model} {dtype}, "
-          f"greedy, {args.max_new_tokens} new tokens; tie: both engines' top-2 gap < {tol:g} nats")
+          f"greedy, {args.max_new_tokens} new tokens; tie: both engines' top-2 gap < {tol:g} nats; closest_gap: the "
+          "smallest top-2 gap (vLLM's, nats) on a step where both engines agree")
     print(table(table_rows))
     for r in rows:
         if r["verdict"] != "identical":
