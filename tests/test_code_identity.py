@@ -74,7 +74,7 @@ def test_a_scorer_change_regrades_the_reused_completion(tmp_path, generated, mon
     monkeypatch.undo()  # the backend again, and ...
     monkeypatch.delenv("SNAPSTREAM_SAMPLE_CACHE", raising=False)
     monkeypatch.setattr(generate, "produce", counting_from(generated))
-    monkeypatch.setattr(prepare, "generation_id", lambda task: "other-generating-code")  # ... other generating code
+    monkeypatch.setattr(prepare, "generation_id", lambda task, backend="": "other-generating-code")  # ... other code
     fourth = run(tmp_path, tmp_path / "fourth")
     assert generated["n"] == 4 and not any("cached_from" in r for r in rows(fourth))  # never served from the cache
 
@@ -89,7 +89,7 @@ def test_resume_regrades_in_place_and_regenerates_rows_of_other_generating_code(
     assert all(r["scored_by"] == "new" for r in rows(first)) and len(rows(first)) == 2
     summary = (first / "summary.csv").read_text()
     assert ",0.0," in summary or ",0," in summary, summary  # the new verdicts (every one wrong) are the headline
-    monkeypatch.setattr(prepare, "generation_id", lambda task: "other-generating-code")
+    monkeypatch.setattr(prepare, "generation_id", lambda task, backend="": "other-generating-code")
     run(tmp_path)
     assert generated["n"] == 4 and {r["generation_id"] for r in rows(first)} == {"other-generating-code"}
     assert len(rows(first)) == 2

@@ -92,13 +92,14 @@ def test_every_file_task_refuses_a_missing_path_the_same_way(name, tmp_path):
 @pytest.mark.parametrize("name", sorted(BACKENDS))
 def test_backends_declare_their_capabilities(name):
     cls = backend_class(name)
-    for attr, kind in (("loads_weights", bool), ("replays", bool), ("needs_prompts", bool),
+    for attr, kind in (("loads_weights", bool), ("replays", bool), ("engine", bool), ("needs_prompts", bool),
                        ("supports_followup", bool)):
         assert isinstance(getattr(cls, attr), kind), f"{name}.{attr}"
     assert cls.batch_size is None or (isinstance(cls.batch_size, int) and cls.batch_size >= 1)
-    assert cls.replays != cls.loads_weights  # today's two backends: one of each kind
+    assert cls.replays != cls.loads_weights  # a backend generates (hf, vllm) or replays
+    assert not (cls.engine and not cls.loads_weights)  # our engine runs weights
 
 
 def test_unknown_backend_is_refused_with_the_field():
-    with pytest.raises(ValueError, match="backend.name: must be one of hf, replay, got 'hff'. Did you mean 'hf'"):
+    with pytest.raises(ValueError, match="backend.name: must be one of hf, replay, vllm, got 'hff'. Did you mean 'hf'"):
         backend_class("hff")

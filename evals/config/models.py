@@ -205,6 +205,16 @@ def _hub_where(model_cfg: Any) -> tuple[str, dict[str, Any]]:
         ) from None
 
 
+def weights_location(model_cfg: Any) -> tuple[str, dict[str, Any]]:
+    """Where the weights of ``model_cfg`` are read (a folder, or a hub id) and the ``from_pretrained`` keywords that go
+    with it (``revision``), as :func:`load_model` reads them; ``model.source=random`` has no weights to read."""
+    if model_cfg.source == "random":
+        raise ValueError("model.source: random weights are made in memory, not read from a folder")
+    if model_cfg.source == "hub":
+        return _hub_where(model_cfg)
+    return (model_cfg.path if model_cfg.source == "path" else str(embedded_dir())), {}
+
+
 def load_model(model_cfg: Any):
     """Return ``(model, tokenizer)`` in eval mode on the configured device and dtype."""
     import torch
@@ -226,10 +236,7 @@ def load_model(model_cfg: Any):
         config._attn_implementation = model_cfg.attn_implementation
         model = LlamaForCausalLM(config).to(dtype)
     else:
-        if model_cfg.source == "hub":
-            where, extra = _hub_where(model_cfg)
-        else:
-            where, extra = (model_cfg.path if model_cfg.source == "path" else str(embedded_dir())), {}
+        where, extra = weights_location(model_cfg)
         model = AutoModelForCausalLM.from_pretrained(
             where, dtype=dtype, attn_implementation=model_cfg.attn_implementation, **extra
         )

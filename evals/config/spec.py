@@ -41,6 +41,8 @@ class BackendSpec:
     replays: bool
     path: str | None = None
     partial: bool = False
+    engine: bool = True  # runs our decode engine (evals.config.registry.Traits.engine)
+    settings: Any = None  # the backend's own checked keys (Traits.settings: backend=vllm's VLLMSettings)
 
 
 @dataclass(frozen=True)
@@ -133,6 +135,9 @@ def check(cfg: DictConfig, *, offline: bool = False, planning: bool = False,
     if stated is not None:  # a budget, ring or window past the model's positions: refused before weights load
         method.check_context(stated[0], f"{container['model'].get('name')} ({stated[1]})")
     traits = backend_traits(cfg.backend.name)
+    settings = None
+    if traits.settings is not None:
+        settings = traits.settings(container["backend"], container["model"], method.method, container["gen"])
     if traits.loads_weights:
         check_model_config(cfg.model, reach=not offline)
         _check_family(container)
@@ -156,7 +161,8 @@ def check(cfg: DictConfig, *, offline: bool = False, planning: bool = False,
         compression_tag=str(container["compression"].get("tag", method.method)),
         gen=gen,
         backend=BackendSpec(name=str(backend["name"]), loads_weights=traits.loads_weights, replays=traits.replays,
-                            path=backend.get("path"), partial=bool(backend.get("partial", False))),
+                            path=backend.get("path"), partial=bool(backend.get("partial", False)),
+                            engine=traits.engine, settings=settings),
         out_root=str(container.get("out_root", "")),
         run_dir=str(container.get("run_dir", "")),
         overwrite=bool(container.get("overwrite", False)),

@@ -39,6 +39,7 @@ class CachingBackend(Backend):
     supports_followup = property(lambda self: self.inner.supports_followup)
     streams = property(lambda self: self.inner.streams)
     batch_size = property(lambda self: self.inner.batch_size)
+    engine = property(lambda self: self.inner.engine)
 
     def cached(self, wanted: Iterable[tuple[Any, Iterable[int]]]) -> list[tuple[Any, dict[str, Any], dict[str, Any]]]:
         """``(item, row, prompt_record)`` of each wanted (item, sample indices) the cache holds, in order."""
@@ -65,6 +66,10 @@ class CachingBackend(Backend):
 
     def meta(self) -> dict[str, Any]:
         return {} if self._inner is None else self._inner.meta()
+
+    def close(self) -> None:
+        if self._inner is not None:
+            self._inner.close()
 
     def check_matches(self, item_ids: list[str], model: str) -> None:
         self.inner.check_matches(item_ids, model)

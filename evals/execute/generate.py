@@ -47,6 +47,15 @@ def generate_and_score(p: RunPlan, items: list, replay: Backend | None = None, *
     if generates and (copied := _copy_if_same(p, items, done, samples_path, prompts_path)) is not None:
         return copied
     backend = _backend(p, replay)
+    try:
+        return _generate_with(p, backend, items, done, samples_path, prompts_path)
+    finally:
+        backend.close()  # a worker process (backend=vllm) ends with its run, not with the sweep
+
+
+def _generate_with(p: RunPlan, backend: Backend, items: list, done: set[tuple[str, int]], samples_path: Path,
+                   prompts_path: Path) -> dict[str, Any]:
+    generates = p.spec.backend.loads_weights
     reused = _reuse_cached(p, backend, items, done, samples_path, prompts_path) if not p.spec.overwrite else 0
     if reused and not missing(items, lambda item_id: range(p.sampling.n), done):
         return {"cached_rows": reused}  # every sample was in the cache: the wrapped backend is never built

@@ -23,7 +23,9 @@ from evals.config.registry import BACKENDS, backend_traits
 # gen.compile: compiled and eager decode give the same tokens (tests/test_compile.py); rows record which ran.
 # gen.rows: a sample draws from its own noise, the same tokens at any row count (tests/test_engine.py).
 # task.plan, model.shape: what the planner (evals/plan) estimates from; never read by a run
-NOT_RESULT_KEYS = {"gen": ("batch_size", "tag", "compile", "rows"), "task": ("tag", "plan"), "model": ("shape",)}
+# backend.python: where vLLM's interpreter lies; what it runs (vllm, torch, the worker) is in the generation identity
+NOT_RESULT_KEYS = {"gen": ("batch_size", "tag", "compile", "rows"), "task": ("tag", "plan"), "model": ("shape",),
+                   "backend": ("python",)}
 HARNESS = "snapstream-harness"
 
 
@@ -62,7 +64,8 @@ def harness_version() -> str | None:
 # (one torch RNG seeded per batch) is never resumed with samples of another. The engine draws from counter-based
 # noise keyed on (gen.seed, item, sample, step) (snapstream_core/engine/noise.py); positions=in_cache runs go through
 # generate(), seeded per item from torch's RNG (evals/execute/backends/hf.py).
-SAMPLERS = {"engine": "counter-gumbel-v1", "generate": "torch-rng-per-item-v1"}
+# backend=vllm seeds each sample's request from (gen.seed, item, sample) (evals/execute/backends/vllm_requests.py).
+SAMPLERS = {"engine": "counter-gumbel-v1", "generate": "torch-rng-per-item-v1", "seed-per-sample": "seed-per-sample-v1"}
 
 
 def sampler_of(gen: dict[str, Any], method_knobs: dict[str, Any]) -> str | None:
@@ -72,12 +75,22 @@ def sampler_of(gen: dict[str, Any], method_knobs: dict[str, Any]) -> str | None:
     return SAMPLERS["generate" if method_knobs.get("positions") == "in_cache" else "engine"]
 
 
+def _sampler(container: dict[str, Any], method_knobs: dict[str, Any]) -> str | None:
+    """:func:`sampler_of`, or for a backend with its own engine (vLLM) its scheme: one seed per sample."""
+    sampler = sampler_of(container["gen"], method_knobs)
+    name = container["backend"].get("name")
+    traits = backend_traits(name) if name in BACKENDS else None
+    if sampler is not None and traits is not None and traits.loads_weights and not traits.engine:
+        return SAMPLERS["seed-per-sample"]
+    return sampler
+
+
 def run_identity(container: dict[str, Any], method_knobs: dict[str, Any], weights: str, items: list[Any],
                  prompt_files: dict[str, str] | None = None) -> dict:
     """The identity of a run from its resolved config (``OmegaConf.to_container(cfg, resolve=True)``);
     ``prompt_files``: ``{name: sha256}`` of the data files the task reads to build prompts
     (:func:`evals.execute.code_identity.prompt_data`), in the task part when there are any."""
-    backend = dict(container["backend"])
+    backend = {k: v for k, v in container["backend"].items() if k not in NOT_RESULT_KEYS["backend"]}
     if backend.get("name") in BACKENDS and backend_traits(backend["name"]).replays:  # check() refuses other names
         backend["file_sha256"] = file_sha256(backend["path"])
         backend.pop("path", None)  # the content is the identity, not where it lies
@@ -95,7 +108,7 @@ def run_identity(container: dict[str, Any], method_knobs: dict[str, Any], weight
         },
         "compression": compression,
         "gen": {k: v for k, v in container["gen"].items() if k not in drop["gen"]}
-        | ({"sampler": sampler} if (sampler := sampler_of(container["gen"], method_knobs)) else {}),
+        | ({"sampler": sampler} if (sampler := _sampler(container, method_knobs)) else {}),
         "backend": backend,
         "harness": harness_version(),
     }

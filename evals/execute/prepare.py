@@ -14,6 +14,7 @@ from typing import Any
 from evals.config.gpus import physical_device
 from evals.config.models import resolved_device, weights_identity
 from evals.config.spec import RunSpec
+from evals.execute.backends import backend_class
 from evals.execute.cache_place import local_roots, place
 from evals.execute.code_identity import generation_id, grading_id, grading_setup, prompt_data
 from evals.execute.identity import fingerprint, run_identity
@@ -90,7 +91,8 @@ def plan(spec: RunSpec, run_dir: Path | None = None, *, mountinfo: Path = MOUNTI
     else:
         weights = weights_identity(spec.model)
         container = {**container, "model": {**container["model"], "device": resolved_device(spec.model)}}
-        rows, planned = planned_rows(spec, container["model"]["device"], lambda: prompt_lengths(spec, items))
+        if spec.backend.engine:  # a backend with its own engine (vLLM) sizes its own batch
+            rows, planned = planned_rows(spec, container["model"]["device"], lambda: prompt_lengths(spec, items))
     identity = run_identity(container, spec.method.knobs(), weights, items, prompt_data(spec.task_module))
     fp = fingerprint(identity)
     setup = grading_setup(spec.task_module, spec.task)
@@ -109,9 +111,9 @@ def plan(spec: RunSpec, run_dir: Path | None = None, *, mountinfo: Path = MOUNTI
         weights=weights,
         identity=identity,
         fingerprint=fp,
-        decode_rows=_decode_rows(spec, rows) if generates else None,
+        decode_rows=_decode_rows(spec, rows) if generates and spec.backend.engine else None,
         rows=rows if rows is not None else spec.gen.rows,
-        generation_id=generation_id(spec.task_module) if generates else None,
+        generation_id=generation_id(spec.task_module, backend_code(spec)) if generates else None,
         grading_id=grading_id(spec.task_module, setup),
         grading_setup=setup,
         cache_root=cache.used if cache is not None else None,
@@ -119,6 +121,14 @@ def plan(spec: RunSpec, run_dir: Path | None = None, *, mountinfo: Path = MOUNTI
         device=physical_device(container["model"]["device"]) if generates else None,
         planned_bytes=planned,
     )
+
+
+def backend_code(spec: RunSpec) -> str:
+    """The generating backend's part of the generation identity, as JSON (the class's ``code_identity``: for
+    ``backend=vllm`` the worker's vllm and torch versions and the worker file's hash)."""
+    import json
+
+    return json.dumps(backend_class(spec.backend.name).code_identity(spec.backend.settings), sort_keys=True)
 
 
 def _decode_rows(spec: RunSpec, planned: int | None) -> int:

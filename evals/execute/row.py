@@ -24,6 +24,7 @@ def build_row(p: RunPlan, o: Outcome) -> dict[str, Any]:
         "item_id": str(req.item.item_id),
         "sample_idx": s.sample_idx,
         "method": p.method.method,
+        "backend": p.spec.backend.name,
         **{k: knobs.get(k) for k in knob_names()},
         "seed": p.seed,
         "prompt_tokens": s.prompt_tokens,

@@ -18,7 +18,7 @@ from tasks.base import MAX_LINE_BYTES, iter_jsonl
 
 log = logging.getLogger(__name__)
 
-BASE_COLUMNS = ["run_id", "fingerprint", "model", "weights", "task", "item_id", "sample_idx", "method"]
+BASE_COLUMNS = ["run_id", "fingerprint", "model", "weights", "task", "item_id", "sample_idx", "method", "backend"]
 MEASURE_COLUMNS = [
     "seed", "prompt_tokens", "truncated", "gen_tokens", "finish_reason", "thinking_closed",
     "kv_tokens_peak", "kv_bytes_peak", "compressed", "kv_tokens_mean", "latency_s", "device", "prompt_hash",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib
 
-from evals.config.registry import BACKENDS, TRAITS, backend_traits
+from evals.config.registry import BACKENDS, CLASS_TRAITS, TRAITS, backend_traits
 from evals.config.spec import RunSpec
 from evals.execute.backends.base import Backend, Request, Sample
 
@@ -22,7 +22,8 @@ def backend_class(name: str) -> type[Backend]:
     backend_traits(name)  # refuses an unknown name
     module, attr = BACKENDS[name].split(":")
     cls = getattr(importlib.import_module(module), attr)
-    for trait, value in vars(TRAITS[name]).items():
+    for trait in CLASS_TRAITS:
+        value = getattr(TRAITS[name], trait)
         if getattr(cls, trait) != value:
             got = getattr(cls, trait)
             raise TypeError(f"evals.config.registry.TRAITS[{name!r}]: {trait}={value}, but {attr}.{trait}={got}")
@@ -37,6 +38,8 @@ def make_backend(spec: RunSpec, rows: int | None, requested: int | str, planned_
     cls = backend_class(spec.backend.name)
     if cls.replays:
         return cls(spec.backend.path, partial=spec.backend.partial)
+    if not cls.engine:  # a backend with its own engine (vLLM): its checked settings instead of our engine's knobs
+        return cls(spec.model, spec.backend.settings, spec.sampling)
     extra = {} if planned_bytes is None else {"planned_bytes": planned_bytes}
     return cls(spec.model, spec.method, spec.sampling, compile=spec.gen.compile, rows=rows,
                requested=requested, seed=spec.gen.seed, **extra)

@@ -35,6 +35,8 @@ class Sample:
     kv: dict[str, Any] = field(default_factory=dict)  # the KV figures (kv_tokens_peak, kv_bytes_peak, ...)
     measured: dict[str, Any] = field(default_factory=dict)  # timings and flags (prefill_s, decode_compiled, ...)
     stages: list[str] | None = None  # completions of every call of a multi-call protocol, the last one final
+    token_ids: list[int] | None = None  # the generated tokens the completion decodes (not written to rows)
+    top_logprobs: list[list[tuple[int, float]]] | None = None  # per token, the top (id, logprob) pairs, when asked
 
 
 class Backend(ABC):
@@ -46,6 +48,8 @@ class Backend(ABC):
       run's identity); False: the run's identity holds the backend's input file instead.
     - ``replays``: it scores completions read from ``backend.path`` (checked to exist and to match the run's items
       before any work); it builds as ``cls(path, partial=...)`` rather than ``cls(model_cfg, method, sampling)``.
+    - ``engine``: it runs our decode engine (compression methods apply; on CUDA the planner sizes its rows); False:
+      it builds as ``cls(model_cfg, settings, sampling)`` with the settings its registry entry checked.
     - ``needs_prompts``: requests carry the task's rendered prompt (False: ``Request.prompt`` is None).
     - ``supports_followup``: it can run a task's second call (``followup``, LongBench-v2 CoT).
     - ``streams``: :meth:`stream` yields samples as they end across requests (False: the runner calls
@@ -58,10 +62,18 @@ class Backend(ABC):
     model: Any = None  # the loaded torch model, for backends that hold one (its speed is measured before a run)
     loads_weights: bool = False
     replays: bool = False
+    engine: bool = False
     needs_prompts: bool = True
     supports_followup: bool = False
     streams: bool = False
     batch_size: int | None = None
+
+    @classmethod
+    def code_identity(cls, settings: Any) -> dict[str, Any]:
+        """The backend's part of the generation identity (:func:`evals.execute.code_identity.generation_id`), known
+        before it is built (``settings``: its checked keys, :attr:`evals.config.spec.BackendSpec.settings`); by
+        default its name (its code is among the hashed sources)."""
+        return {"name": cls.name}
 
     @abstractmethod
     def generate(self, requests: list[Request]) -> list[list[Sample]]:
@@ -99,6 +111,10 @@ class Backend(ABC):
         """``(item, row, prompt_record)`` of the wanted (item, sample indices) already finished elsewhere (the sample
         cache, :class:`~evals.execute.caching.CachingBackend`); by default none."""
         return []
+
+    def close(self) -> None:
+        """Release what the backend holds outside this process (a worker process); called when its run ends, so that
+        the next job of a sweep starts with the device free. By default nothing."""
 
     def keep(self, item: Any, row: dict[str, Any], prompt: dict[str, Any] | None) -> None:
         """A finished row of the run, for a backend that keeps them (the sample cache); by default dropped."""

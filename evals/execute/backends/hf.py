@@ -49,6 +49,7 @@ class HFBackend(Backend):
     name = "hf"
     loads_weights = True
     replays = False
+    engine = True
     needs_prompts = True
     supports_followup = True
     streams = True
@@ -79,19 +80,9 @@ class HFBackend(Backend):
         self.compile_meta: dict[str, Any] = {}
         self.model, self.tokenizer = load_model(model_cfg)
         attach(self.model)
-        self.eos = self._eos_ids()
+        self.eos = eos_ids(self.model.generation_config, self.tokenizer)
         self.pad = self.tokenizer.pad_token_id
         self._warned_positions = False
-
-    def _eos_ids(self) -> list[int]:
-        ids: set[int] = set()
-        gen_eos = getattr(self.model.generation_config, "eos_token_id", None)
-        ids.update(gen_eos if isinstance(gen_eos, list) else [gen_eos] if gen_eos is not None else [])
-        if self.tokenizer.eos_token_id is not None:
-            ids.add(self.tokenizer.eos_token_id)
-        vocab = self.tokenizer.get_vocab()
-        ids.update(vocab[t] for t in END_OF_TURN if t in vocab)
-        return sorted(ids)
 
     def _check_positions(self, prompt_tokens: int, max_new: int) -> None:
         """Warn once per backend when ``prompt + max_new_tokens`` passes the model's trained positions
@@ -210,6 +201,7 @@ class HFBackend(Backend):
             kv=dict(f.kv),
             measured={"prefill_s": f.prefill_s, "decode_s": f.decode_s,
                       "sampling_warpers": f.item.sampling.warper_names(), "decode_compiled": engine.stats.compiled},
+            token_ids=list(f.tokens),
         )
 
     def _generate_eager(self, req: Request, settings: tuple) -> list[Sample]:
@@ -229,9 +221,23 @@ class HFBackend(Backend):
         return [
             Sample(sample_idx=idx, completion=cut_at_stop(decode_keeping_think_tags(self.tokenizer, t), stop),
                    prompt_tokens=len(ids), gen_tokens=len(t), finish_reason=reason, latency_s=per_row,
-                   kv=dict(out.stats), measured=dict(measured))
+                   kv=dict(out.stats), measured=dict(measured), token_ids=list(t))
             for idx, t, reason in zip(req.sample_idx, out.tokens[0], out.finish_reasons[0])
         ]
+
+
+def eos_ids(generation_config: Any, tokenizer: Any) -> list[int]:
+    """The token ids that end a sample: the generation config's ``eos_token_id`` (one or a list), the tokenizer's
+    EOS and the end-of-turn tokens of :data:`END_OF_TURN` the vocabulary has (the hf and vllm backends both stop
+    at these)."""
+    ids: set[int] = set()
+    gen_eos = getattr(generation_config, "eos_token_id", None)
+    ids.update(gen_eos if isinstance(gen_eos, list) else [gen_eos] if gen_eos is not None else [])
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    vocab = tokenizer.get_vocab()
+    ids.update(vocab[t] for t in END_OF_TURN if t in vocab)
+    return sorted(ids)
 
 
 def legacy_seed(seed: int, key: str) -> int:
