@@ -345,21 +345,49 @@ def test_sampling_over_the_survivors_draws_the_whole_vocabulary_tokens(cfg):
 
 @pytest.mark.parametrize("method", [ss.NoCompression(), ss.SnapStream(prompt_budget=64, recent=8)],
                          ids=["none", "snapstream"])
-def test_a_rows_logits_are_the_same_bits_in_every_forward_of_4_or_more_rows(tiny_model, method):
-    """The CPU step runs the busy rows as one forward of >= 4 rows: row 0's logits do not depend on how many rows
-    (4 to 8) or which neighbours share it."""
+def test_a_rows_logits_are_the_same_bits_in_every_cpu_step_of_its_rows(tiny_model, method):
+    """The eager CPU step runs rows ``[0, hi)`` as forwards over the fixed row blocks of this machine
+    (``row_blocks``): a row's logits do not depend on how many rows (4 to 8) share the step or which neighbours."""
+    from snapstream_core.engine.row_blocks import blocks, held_rows, row_block
     from snapstream_core.engine.rows import RowCache
     from snapstream_core.engine.step import decode_step
 
     ps = prompts((120, 60, 90, 30, 200, 75, 50, 110))
     prefixes = [prefill_prompt(tiny_model, torch.tensor([p]), method) for p in ps]
     S = max(method.slots(len(p), 4) for p in ps)
+    B = row_block(tiny_model, 8)
+    held = held_rows(8, B)
     out = {}
     for M in (4, 5, 8):
-        rows = RowCache.empty(M, S, prefixes[0][0])
-        slots = [(lambda b, o, p, _: b + o % p)(*rows.load(r, prefixes[r][0])) for r in range(M)]
-        toks = torch.tensor([[int(prefixes[r][1].argmax())] for r in range(M)])
+        rows = RowCache.empty(held, S, prefixes[0][0])
+        slots = [(lambda b, o, p, _: b + o % p)(*rows.load(r, prefixes[r][0])) for r in range(M)] + [0] * (held - M)
+        toks = torch.tensor([[int(prefixes[r][1].argmax())] for r in range(M)] + [[0]] * (held - M))
+        pos = torch.tensor([[len(p)] for p in ps[:M]] + [[0]] * (held - M))
         with torch.no_grad():
-            out[M] = decode_step(tiny_model, rows, toks, torch.tensor([[len(p)] for p in ps[:M]]),
-                                 torch.tensor(slots))[0]
-    assert torch.equal(out[4], out[5]) and torch.equal(out[4], out[8])
+            out[M] = torch.cat([decode_step(tiny_model, rows.view(end, S, lo), toks[lo:end], pos[lo:end],
+                                            torch.tensor(slots[lo:end]))[0] for lo, end in blocks(M, held, B)])
+    assert torch.equal(out[4][:4], out[5][:4]) and torch.equal(out[4][:4], out[8][:4])
+    assert torch.equal(out[5][4], out[8][4])
+
+
+def test_the_row_block_keeps_every_row_position_exact_on_this_machine(tiny_model):
+    """``row_block``: every product of 4..B rows of each of the model's linear shapes gives each row position the
+    bits it gets in the smallest product that holds it; ``held_rows`` and ``blocks`` keep every forward >= 4 rows."""
+    from snapstream_core.engine.row_blocks import MIN_CPU_ROWS, blocks, held_rows, linear_shapes, row_block
+
+    B = row_block(tiny_model, 16)
+    assert MIN_CPU_ROWS <= B <= 16
+    for k, n, dtype in linear_shapes(tiny_model):
+        w, x = torch.randn(n, k, dtype=dtype), torch.randn(B, k, dtype=dtype)
+        ref = torch.nn.functional.linear(x[:MIN_CPU_ROWS], w)
+        for m in range(MIN_CPU_ROWS, B + 1):
+            got = torch.nn.functional.linear(x[:m], w)
+            assert torch.equal(got[:MIN_CPU_ROWS], ref)
+    for rows in range(1, 40):
+        for block in range(MIN_CPU_ROWS, 17):
+            held = held_rows(rows, block)
+            assert held >= max(rows, MIN_CPU_ROWS)
+            for hi in range(1, held + 1):
+                parts = blocks(hi, held, block)
+                assert parts[0][0] == 0 and parts[-1][1] >= hi and all(e <= held for _, e in parts)
+                assert all(e - lo >= MIN_CPU_ROWS and lo % block == 0 and e - lo <= block for lo, e in parts)

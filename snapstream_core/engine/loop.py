@@ -17,9 +17,11 @@ sample's tokens do not depend on which rows, items or resumes surround it. Nothi
 flags reads the device back, whatever the settings.
 
 One decode step (:mod:`.step`) serves every device. Compiled, or on CUDA, it runs all rows at fixed shapes. Eager on
-CPU it runs the rows ``[0, hi)`` that cover the busy ones, at least ``MIN_CPU_ROWS`` of them (the engine holds at
-least that many rows on CPU): the CPU matrix kernels give the same bits to a row for every
-batch of 4 or more rows and other bits for 1 to 3, so a sample's logits do not depend on its neighbours.
+CPU it runs the rows ``[0, hi)`` that cover the busy ones as forwards over fixed blocks of rows
+(:mod:`.row_blocks`): row ``r`` always sits at position ``r % B`` of a forward of ``MIN_CPU_ROWS`` to ``B`` rows,
+``B`` probed on this machine for the model's matrix shapes, so that the CPU matrix kernels give a row the same bits
+whatever its neighbours (1 to 3 rows take other kernels; how many rows agree depends on the processor), and a
+sample's logits do not depend on its neighbours.
 
 Reads are bounded to the filled slots for the appending methods (docs/engine.md gives the rule and the share read).
 The eager step reads only the first ``read_slots`` slots of every row: the largest filled length among the busy rows,
@@ -44,6 +46,7 @@ from snapstream_core.engine.attention import fill_blocks, flex_decode_attention,
 from snapstream_core.engine.batch import RowBatch
 from snapstream_core.engine.compact import Compactor, compactor_for
 from snapstream_core.engine.noise import sample_key
+from snapstream_core.engine.row_blocks import MIN_CPU_ROWS, blocks, held_rows, row_block
 from snapstream_core.engine.rows import RowCache
 from snapstream_core.engine.scheduler import Job, Scheduler, StepCounts
 from snapstream_core.engine.step import DecodeKernels, EngineError, Step, is_oom, memory_line
@@ -87,7 +90,6 @@ class Finished:
     decode_s: float
 
 
-MIN_CPU_ROWS = 4  # CPU forwards of at least this many rows give every row the same bits (module docstring)
 
 
 @dataclass
@@ -170,7 +172,10 @@ class Engine:
         self.eos_t = torch.tensor(self.eos or [-1], dtype=torch.long, device=self.device)
         self.rows, self.seed, self.tokenizer = rows, seed, tokenizer
         self.cpu = self.device.type == "cpu"
-        self.held_rows = max(rows, MIN_CPU_ROWS) if self.cpu else rows  # rows of K/V the engine allocates
+        # eager CPU: forwards over fixed blocks of rows whose size this machine's kernels keep row-exact (row_blocks)
+        self.row_block = row_block(model, max(rows, MIN_CPU_ROWS)) if self.cpu and not compile else None
+        self.held_rows = (held_rows(rows, self.row_block) if self.row_block else
+                          max(rows, MIN_CPU_ROWS) if self.cpu else rows)  # rows of K/V the engine allocates
         self.check_every = check_every or (1 if self.cpu else 16)
         self.read_block = (None if compile else READ_BLOCK) if read_block == "auto" else read_block
         self.kernels, self.planned_bytes, self.step_context = kernels, planned_bytes, step_context
@@ -240,8 +245,17 @@ class Engine:
         filled = b.fill[:hi] if self.bounded else None
         start = time.perf_counter()
         try:
-            logits = self.step_fn(self.model, self.cache.view(hi, n), b.tok[:hi, None], b.positions()[:hi],
-                                  slots[:hi], filled)
+            if self.row_block is None:
+                logits = self.step_fn(self.model, self.cache.view(hi, n), b.tok[:hi, None], b.positions()[:hi],
+                                      slots[:hi], filled)
+            else:  # row r always at position r % row_block of a forward of 4..row_block rows (row_blocks.py)
+                parts = blocks(hi, R, self.row_block)
+                hi = parts[-1][1]
+                pos = b.positions()
+                logits = torch.cat([self.step_fn(self.model, self.cache.view(end, n, lo), b.tok[lo:end, None],
+                                                 pos[lo:end], slots[lo:end],
+                                                 None if filled is None else filled[lo:end])
+                                   for lo, end in parts])
         except Exception as exc:
             if is_oom(exc):
                 raise self._oom(self.step_fn.stage(), exc) from exc

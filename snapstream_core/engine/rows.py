@@ -93,12 +93,12 @@ class RowCache(Cache):
     def slots(self) -> int:
         return self.visible.shape[-1]
 
-    def view(self, hi: int, slots: int) -> RowCache:
-        """Rows ``[0, hi)`` over their first ``slots`` slots, sharing storage (writes go to this cache)."""
-        if hi == self.rows and slots == self.slots:
+    def view(self, hi: int, slots: int, lo: int = 0) -> RowCache:
+        """Rows ``[lo, hi)`` over their first ``slots`` slots, sharing storage (writes go to this cache)."""
+        if lo == 0 and hi == self.rows and slots == self.slots:
             return self
-        return RowCache([k[:hi, :, :slots] for k in self.keys], [v[:hi, :, :slots] for v in self.values],
-                        self.visible[:, :hi, :, :slots], None if self.queries is None else self.queries[:, :hi])
+        return RowCache([k[lo:hi, :, :slots] for k in self.keys], [v[lo:hi, :, :slots] for v in self.values],
+                        self.visible[:, lo:hi, :, :slots], None if self.queries is None else self.queries[:, lo:hi])
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
         """Write (R, H_kv, 1, D) at each row's ``write_slot``; return the whole (R, H_kv, S, D) storage."""
