@@ -35,6 +35,11 @@ USER_FILES = {"task.path": ("data.json",), "backend.path": ("completions.jsonl",
 # Commands the docs show being refused (an example of the one-line error): refused, naming this key.
 REFUSED = {"compression=none,snapkv,tova,rkv compression.prompt_budget=128,256": "compression.prompt_budget",
            "+experiment=paper plan.memory_gib=40": "evals.plan exited 2"}
+# The shell variables of the docs' loops and job arrays, at their first value.
+LOOP_VARS = {"k": "0", "SLURM_ARRAY_TASK_ID": "0", "SLURM_ARRAY_TASK_COUNT": "8"}
+# Made by `make setup-vllm`, the command before them in their code block: a backend=vllm command without its own
+# backend.python must compose and be refused, if at all, for that Python only.
+MADE_BY_SETUP = {"backend=vllm": "backend.python"}
 SLOW = ("+experiment=paper",)  # the whole 72-job grid: every combination composed (test_plan.py plans it too)
 
 
@@ -43,7 +48,7 @@ def _commands_in(text: str) -> list[str]:
     (backslash continuations joined, ``# comments`` and a shell prompt dropped) and each inline code span."""
     found = []
     for block in FENCE.findall(text):
-        env = {"HOME": os.environ.get("HOME", "/root")}
+        env = {"HOME": os.environ.get("HOME", "/root"), **LOOP_VARS}
         for line in block.replace("\\\n", " ").splitlines():
             line = line.strip().removeprefix("$ ")
             assigned = ASSIGN.match(line)
@@ -56,7 +61,7 @@ def _commands_in(text: str) -> list[str]:
     out = []
     for line in found:
         try:
-            tokens = shlex.split(line, comments=True)
+            tokens = _inner(shlex.split(line, comments=True))
         except ValueError:  # unbalanced quotes: prose, not a command
             continue
         if tokens and re.fullmatch(r"(?:\S*/)?python3?", tokens[0]):
@@ -65,6 +70,20 @@ def _commands_in(text: str) -> list[str]:
         if EVALS.search(line) or MAKE.match(line):
             out.append(line)
     return out
+
+
+def _inner(tokens: list[str]) -> list[str]:
+    """The command a shell wrapper runs: ``sbatch ... --wrap='CMD'`` gives CMD, ``for k in ...; do CMD & done``
+    (the shards of docs' "Many GPUs") gives CMD; other lines are left as they are."""
+    for t in tokens:
+        if t.startswith("--wrap="):
+            return _inner(shlex.split(t.removeprefix("--wrap=")))
+    start = next((i for i, t in enumerate(tokens) if re.fullmatch(r"(?:\S*/)?python3?", t)), None)
+    if start is None or start == 0:
+        return tokens
+    rest = tokens[start:]
+    end = next((i for i, t in enumerate(rest) if t in ("&", "&&", ";", "|") or t.endswith(";")), len(rest))
+    return rest[:end]
 
 
 def commands() -> list[tuple[str, str]]:
@@ -82,6 +101,9 @@ def _has_placeholder(tokens: list[str]) -> bool:
 
 
 def _user_file(tokens: list[str]) -> str | None:
+    for made, key in MADE_BY_SETUP.items():
+        if made in tokens and not any(t.startswith(f"{key}=") for t in tokens):
+            return key
     for t in tokens:
         key, _, value = t.partition("=")
         if value.endswith(USER_FILES.get(key.lstrip("+"), ("\0",))) and not (REPO / value).exists():

@@ -148,7 +148,7 @@ def bad_numbers(frame: pd.DataFrame) -> str:
     (:data:`COUNTS`) that is negative or not a number, a ``value`` that is not a number, or
     a headline (the task's primary metric, group ``all``) that is NaN. Other NaNs are what a summary holds where a
     value does not exist (a standard error of one item, a rate of an empty group)."""
-    from evals.report.tables import primary_metric
+    from evals.report.metrics import primary_metric
 
     for col in ("value", *UNCERTAINTY, *COUNTS):
         if col not in frame.columns:

@@ -12,6 +12,7 @@ import pandas as pd
 from evals.analysis.stats import SMALL_N
 from evals.analysis.summary import identity_extra
 from evals.record.throughput import rate_text
+from evals.report.metrics import primary_metric, task_module
 from snapstream_core.methods import METHODS, knob_names
 from tasks.protocol import hook
 
@@ -71,27 +72,11 @@ def variant_knobs(frame: pd.DataFrame) -> list[str]:
     return [k for k in knob_names() if k not in axis and k in frame.columns]
 
 
-def primary_metric(task: str, frame: pd.DataFrame) -> str:
-    """The task module's ``PRIMARY_METRIC``, else the first metric it reports."""
-    metrics = list(dict.fromkeys(frame["metric"]))
-    metric = hook(_task(task), "PRIMARY_METRIC")
-    return metric if metric in metrics else metrics[0]
-
-
 def report_metrics(task: str, frame: pd.DataFrame) -> list[str]:
     """The task's ``REPORT_METRICS`` that it reported (needle: accuracy and key_prefix), else its primary metric."""
     present = set(frame["metric"])
-    wanted = [m for m in hook(_task(task), "REPORT_METRICS") or () if m in present]
+    wanted = [m for m in hook(task_module(task), "REPORT_METRICS") or () if m in present]
     return wanted or [primary_metric(task, frame)]
-
-
-def _task(name: str):
-    try:
-        from tasks import get_task
-
-        return get_task(name)
-    except (ValueError, ImportError, TypeError):
-        return None
 
 
 def fmt(value, unit: str = "") -> str:

@@ -172,8 +172,7 @@ class Engine:
         self.eos_t = torch.tensor(self.eos or [-1], dtype=torch.long, device=self.device)
         self.rows, self.seed, self.tokenizer = rows, seed, tokenizer
         self.cpu = self.device.type == "cpu"
-        # eager CPU: forwards over fixed blocks of rows whose size this machine's kernels keep row-exact (row_blocks)
-        self.row_block = row_block(model, max(rows, MIN_CPU_ROWS)) if self.cpu and not compile else None
+        self.row_block = row_block(model, max(rows, MIN_CPU_ROWS)) if self.cpu and not compile else None  # row_blocks
         self.held_rows = (held_rows(rows, self.row_block) if self.row_block else
                           max(rows, MIN_CPU_ROWS) if self.cpu else rows)  # rows of K/V the engine allocates
         self.check_every = check_every or (1 if self.cpu else 16)
