@@ -17,6 +17,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from evals.record.files import kind
+
 SAMPLES = "samples.jsonl"
 SAMPLES_CSV = "samples.csv"
 SUMMARY = "summary.csv"
@@ -65,22 +67,9 @@ def refuse_symlinks(run_dir: Path, extra: tuple[str, ...] = ()) -> None:
             raise ValueError(f"hydra.run.dir: {path} is a symbolic link; a run never writes through one "
                              "(remove it or choose another hydra.run.dir)")
         if not (stat.S_ISDIR(mode) if name in folders else stat.S_ISREG(mode)):
-            raise ValueError(f"hydra.run.dir: {path} is {_kind(mode)}, not a regular "
+            raise ValueError(f"hydra.run.dir: {path} is {kind(mode)}, not a regular "
                              f"{'folder' if name in folders else 'file'}; a run reads and writes only those "
                              "(remove it or choose another hydra.run.dir)")
-
-
-def _kind(mode: int) -> str:
-    """What a non-regular file is, in words (``a FIFO``, ``a socket``, ``a device``, ``a folder``)."""
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    if stat.S_ISDIR(mode):
-        return "a folder"
-    return "not a regular file"
 
 
 def write_hydra_files(run_dir: Path, config_yaml: str) -> None:
