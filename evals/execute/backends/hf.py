@@ -12,10 +12,9 @@ from typing import Any
 
 import torch
 
-from evals.config.encode import encode_prompt
 from evals.config.models import load_model
-from evals.execute.backends.base import Backend, Request, Sample
-from evals.execute.backends.prompts import prompt_record
+from evals.execute.backends.base import Request, Sample
+from evals.execute.backends.tokenizing import TokenizingBackend, cut_at_stop, eos_ids
 from snapstream_core import attach
 from snapstream_core.engine import Engine, EngineItem, Finished, item_key
 from snapstream_core.engine.loop import MIN_CPU_ROWS
@@ -23,13 +22,9 @@ from snapstream_core.engine.step import resolve_compile
 from snapstream_core.generate import generate
 from snapstream_core.methods.base import CompressionMethod
 from snapstream_core.sampling import SamplingConfig
-from tasks.base import Prompt, decode_keeping_think_tags
+from tasks.base import decode_keeping_think_tags
 
 log = logging.getLogger(__name__)
-
-# End-of-turn tokens of the chat formats we run, besides the tokenizer's own EOS.
-END_OF_TURN = ("<|eot_id|>", "<|im_end|>", "<|end_of_text|>", "<｜end▁of▁sentence｜>")
-
 
 def positions_advice(prompt_tokens: int, max_new: int, positions: int, model: str) -> str:
     """The warning for a request that passes the model's trained positions, with the fix that applies: a prompt that
@@ -45,7 +40,7 @@ def positions_advice(prompt_tokens: int, max_new: int, positions: int, model: st
             f"gen.max_new_tokens to {positions - prompt_tokens} or less, or cut the prompts)")
 
 
-class HFBackend(Backend):
+class HFBackend(TokenizingBackend):
     name = "hf"
     loads_weights = True
     replays = False
@@ -120,17 +115,6 @@ class HFBackend(Backend):
                 "wasted_share": round((row_steps - used) / row_steps, 4) if row_steps else 0,
                 "read_share": round(e.read_share, 4) if e else 0}
         return {"decode_compile": {"gen.compile": self.compile, **compile_meta}, "decode_rows": rows}
-
-    def encode(self, prompt: Prompt) -> list[int]:
-        """Token ids of a prompt (:func:`encode_prompt` with this backend's tokenizer and model config)."""
-        return encode_prompt(self.tokenizer, self.model_cfg, prompt)
-
-    def prompt_tokens(self, prompt: Prompt) -> int:
-        return len(self.encode(prompt))
-
-    def prompt_record(self, prompt: Prompt) -> dict[str, Any]:
-        """The exact input of a request as this backend sends it (the system prompt it prepends included)."""
-        return prompt_record(prompt, None if self.model_cfg.thinking else self.model_cfg.system_prompt)
 
     def generate(self, requests: list[Request]) -> list[list[Sample]]:
         """One list of samples per request, in the order of ``request.sample_idx`` (collects :meth:`stream`)."""
@@ -226,26 +210,6 @@ class HFBackend(Backend):
         ]
 
 
-def eos_ids(generation_config: Any, tokenizer: Any) -> list[int]:
-    """The token ids that end a sample: the generation config's ``eos_token_id`` (one or a list), the tokenizer's
-    EOS and the end-of-turn tokens of :data:`END_OF_TURN` the vocabulary has (the hf and vllm backends both stop
-    at these)."""
-    ids: set[int] = set()
-    gen_eos = getattr(generation_config, "eos_token_id", None)
-    ids.update(gen_eos if isinstance(gen_eos, list) else [gen_eos] if gen_eos is not None else [])
-    if tokenizer.eos_token_id is not None:
-        ids.add(tokenizer.eos_token_id)
-    vocab = tokenizer.get_vocab()
-    ids.update(vocab[t] for t in END_OF_TURN if t in vocab)
-    return sorted(ids)
-
-
 def legacy_seed(seed: int, key: str) -> int:
     """The global-RNG seed of the eager path (``positions=in_cache``) for one item."""
     return (seed * 1_000_003 + zlib.crc32(key.encode())) % (2**31)
-
-
-def cut_at_stop(text: str, stop: tuple[str, ...]) -> str:
-    """``text`` up to (not including) the earliest occurrence of any stop string, as lm-eval cuts ``until``."""
-    found = [i for i in (text.find(s) for s in stop if s) if i >= 0]
-    return text[: min(found)] if found else text

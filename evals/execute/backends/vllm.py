@@ -19,18 +19,16 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from evals.config.encode import encode_prompt
 from evals.config.models import load_tokenizer, weights_location
 from evals.config.shape import shape_from_model
 from evals.config.vllm_settings import SETUP_HINT, VLLMSettings
-from evals.execute.backends.base import Backend, Request, Sample
-from evals.execute.backends.hf import cut_at_stop, eos_ids
-from evals.execute.backends.prompts import prompt_record
+from evals.execute.backends.base import Request, Sample
+from evals.execute.backends.tokenizing import TokenizingBackend, cut_at_stop, eos_ids
 from evals.execute.backends.vllm_requests import kv_bytes_per_token, kv_figures, sample_seed, sampling_params
 from evals.execute.backends.worker_process import WorkerError, WorkerProcess
 from snapstream_core.generate import cut_at_eos, stop_cut
 from snapstream_core.sampling import SamplingConfig
-from tasks.base import Prompt, decode_keeping_think_tags
+from tasks.base import decode_keeping_think_tags
 
 log = logging.getLogger(__name__)
 WORKER = Path(__file__).resolve().parent / "vllm_worker" / "worker.py"
@@ -54,7 +52,7 @@ def worker_versions(python: str) -> dict[str, Any]:
     return versions
 
 
-class VLLMBackend(Backend):
+class VLLMBackend(TokenizingBackend):
     name = "vllm"
     loads_weights = True
     replays = False
@@ -125,16 +123,6 @@ class VLLMBackend(Backend):
         return {"vllm": {"python": self.settings.python, "versions": self.versions, "device": self.device,
                          "engine": self.engine_args, "env": self.settings.env(), "load_s": round(self.load_s, 3),
                          "calls": self.calls, "generate_wall_s": round(self.wall_s, 3)}}
-
-    def encode(self, prompt: Prompt) -> list[int]:
-        return encode_prompt(self.tokenizer, self.model_cfg, prompt)
-
-    def prompt_tokens(self, prompt: Prompt) -> int:
-        return len(self.encode(prompt))
-
-    def prompt_record(self, prompt: Prompt) -> dict[str, Any]:
-        """As the hf backend: the system prompt it prepends included."""
-        return prompt_record(prompt, None if self.model_cfg.thinking else self.model_cfg.system_prompt)
 
     def _settings(self, req: Request) -> tuple[SamplingConfig, int, tuple[str, ...]]:
         """(sampling, max new tokens, stop strings) of a request: the task's per-request settings over ``gen.*``, as
