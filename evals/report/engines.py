@@ -12,16 +12,11 @@ comparison, never a method's Δ; the two runs must still be graded by the same c
 
 from __future__ import annotations
 
-import logging
-
 import pandas as pd
 
-from evals.analysis.stats import paired_bootstrap
-from evals.report.likeness import DEFAULT_BACKEND, unlike
-from evals.report.paired import ItemCache, common_items
+from evals.report.likeness import DEFAULT_BACKEND
+from evals.report.paired import scored_pairs
 from evals.report.tables import with_config
-
-log = logging.getLogger(__name__)
 
 COLUMNS = ["run", "reference", "backend", "ref_backend", "delta", "delta_stderr", "delta_ci_lo", "delta_ci_hi",
            "p_value", "n_paired", "n_run", "n_reference", "value_paired", "reference_paired", "subset"]
@@ -46,24 +41,10 @@ def engine_deltas(head: pd.DataFrame, *, iters: int = 1000, seed: int = 0,
         return pd.DataFrame(columns=COLUMNS)
     nones = with_config(head[head["method"] == "none"])
     hf = nones[nones["backend"] == DEFAULT_BACKEND]
-    data = ItemCache()
     out = []
-    for _, run in nones[nones["backend"] != DEFAULT_BACKEND].iterrows():
-        ref = _reference(run, hf)
-        if ref is None:
-            continue
-        why = unlike(run, ref, generation=False, what=WHAT)
-        if why:
-            log.warning("report: %s", why)
-            if notes is not None:
-                notes.append(why)
-            continue
-        found = common_items(run, ref, data)
-        if found is None:
-            continue
-        a, b, common = found
-        x, y = a.score[common].to_numpy(), b.score[common].to_numpy()
-        res = paired_bootstrap(x, y, iters=iters, seed=seed)
+    for run, ref, a, b, _, x, y, res in scored_pairs(nones[nones["backend"] != DEFAULT_BACKEND],
+                                                     lambda r: _reference(r, hf), iters=iters, seed=seed, notes=notes,
+                                                     generation=False, what=WHAT):
         n_run, n_ref = len(b.score), len(a.score)
         out.append([run["run"], ref["run"], run["backend"], ref["backend"], res.delta, res.stderr, res.ci_lo,
                     res.ci_hi, res.p_value, res.n, n_run, n_ref, float(y.mean()), float(x.mean()),

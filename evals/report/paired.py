@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -161,18 +163,18 @@ def common_items(run: pd.Series, ref: pd.Series, data: ItemCache) -> tuple[ItemD
     return a, b, common
 
 
-def paired_deltas(head: pd.DataFrame, *, iters: int = 1000, seed: int = 0,
-                  notes: list[str] | None = None) -> pd.DataFrame:
-    """One row per compressed run of ``head`` (see :func:`evals.report.tables.headline`) that has a reference made
-    and graded by the same code; each pair left out for its code is one warning, also appended to ``notes``."""
-    nones = head[head["method"] == "none"]
+def scored_pairs(runs: pd.DataFrame, reference: Callable[[pd.Series], pd.Series | None], *, iters: int, seed: int,
+                 notes: list[str] | None = None, **like: Any) -> Iterator[tuple]:
+    """For each run of ``runs`` whose ``reference(run)`` exists, was made and graded by code :func:`unlike` accepts
+    (``like``: its options) and shares items with it: ``(run, ref, ref's items, run's items, the common item ids,
+    ref's scores, run's scores, their paired bootstrap)``; a pair left out for its code is one warning, also
+    appended to ``notes``."""
     data = ItemCache()
-    out = []
-    for _, run in head[head["method"] != "none"].iterrows():
-        ref = _reference(run, nones)
+    for _, run in runs.iterrows():
+        ref = reference(run)
         if ref is None:
             continue
-        why = unlike(run, ref)
+        why = unlike(run, ref, **like)
         if why:
             log.warning("report: %s", why)
             if notes is not None:
@@ -183,7 +185,17 @@ def paired_deltas(head: pd.DataFrame, *, iters: int = 1000, seed: int = 0,
             continue
         a, b, common = found
         x, y = a.score[common].to_numpy(), b.score[common].to_numpy()
-        res = paired_bootstrap(x, y, iters=iters, seed=seed)
+        yield run, ref, a, b, common, x, y, paired_bootstrap(x, y, iters=iters, seed=seed)
+
+
+def paired_deltas(head: pd.DataFrame, *, iters: int = 1000, seed: int = 0,
+                  notes: list[str] | None = None) -> pd.DataFrame:
+    """One row per compressed run of ``head`` (see :func:`evals.report.tables.headline`) that has a reference made
+    and graded by the same code; each pair left out for its code is one warning, also appended to ``notes``."""
+    nones, runs = head[head["method"] == "none"], head[head["method"] != "none"]
+    out = []
+    for run, ref, a, b, common, x, y, res in scored_pairs(runs, lambda r: _reference(r, nones), iters=iters,
+                                                          seed=seed, notes=notes):
         acted = common[b.acted.reindex(common, fill_value=False).to_numpy(dtype=bool)]
         on_acted = paired_bootstrap(a.score[acted].to_numpy(), b.score[acted].to_numpy(), iters=iters, seed=seed)
         gen = (b.gen[common] - a.gen[common]).mean()
