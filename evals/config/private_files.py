@@ -20,3 +20,15 @@ def untrusted(path: Path, st: os.stat_result, kind: str) -> str | None:
     if st.st_mode & 0o022:
         return f"is writable by others (mode {stat.S_IMODE(st.st_mode):o})"
     return None
+
+
+def private_folder(path: Path) -> str | None:
+    """Make ``path`` (mode 0700, its parents as usual) when nothing is there; why it cannot be trusted as a folder
+    (:func:`untrusted`), or None."""
+    if not os.path.lexists(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            pass
+    return untrusted(path, os.lstat(path), "folder")

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from evals.config.gpus import INHERITED_ENV, UNSET, Devices, device_of
-from evals.config.private_files import untrusted
+from evals.config.private_files import private_folder
 
 log = logging.getLogger(__name__)
 
@@ -72,13 +72,7 @@ def _safe(text: str) -> str:
 
 
 def _open_folder(folder: Path) -> None:
-    if not os.path.lexists(folder):
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            os.mkdir(folder, 0o700)
-        except FileExistsError:
-            pass
-    why = untrusted(folder, os.lstat(folder), "folder")
+    why = private_folder(folder)
     if why:
         raise ValueError(f"gpus: the lock folder {folder} {why}; set ${ENV} to a folder of your own")
 

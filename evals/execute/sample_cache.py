@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evals.config.private_files import untrusted
+from evals.config.private_files import private_folder, untrusted
 from evals.execute.identity import SAMPLERS, items_sha256
 from evals.record.rows import check_measured
 
@@ -90,13 +90,7 @@ def _digest(obj: Any) -> str:
 def _check_place(root: Path) -> str | None:
     """Make ``root`` (mode 0700) and the database file (0600) if missing; why they cannot be trusted, or None."""
     try:
-        if not os.path.lexists(root):
-            root.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                os.mkdir(root, 0o700)
-            except FileExistsError:
-                pass
-        why = untrusted(root, os.lstat(root), "folder")
+        why = private_folder(root)
         if why:
             return f"the folder {root} {why}"
         db = root / DBNAME
