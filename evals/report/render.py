@@ -63,19 +63,20 @@ def engine_rows(head: pd.DataFrame, engines: pd.DataFrame) -> list[dict]:
     """``deltas.csv`` rows of the engine comparison (:mod:`evals.report.engines`): ``comparison`` is
     ``engine: <backend> − <backend>``, ``method`` the full cache's."""
     values = head.set_index("run")
-    rows = []
-    for _, e in engines.iterrows():
-        run = values.loc[e["run"]]
-        rows.append({"model": run["model"], "task": run["task"], "task_config": run.get("task_config", ""),
-                     "method": run["method"], "label": run["label"], "budget": run["prompt_budget"],
-                     "metric": run["metric"], "unit": run["unit"], "value": e["value_paired"],
-                     "reference": e["reference_paired"], "delta": e["delta"], "ci_low": e["delta_ci_lo"],
-                     "ci_high": e["delta_ci_hi"], "p_value": e["p_value"], "n_items": int(e["n_paired"]),
-                     "n_run": int(e["n_run"]), "n_reference": int(e["n_reference"]), "subset": bool(e["subset"]),
-                     "meaningful": bool(e["n_paired"] >= SMALL_N),
-                     "comparison": f"engine: {e['backend']} − {e['ref_backend']}", "run": e["run"],
-                     "reference_run": e["reference"]})
-    return rows
+    return [{**_pair_row(values.loc[e["run"]], e), "comparison": f"engine: {e['backend']} − {e['ref_backend']}"}
+            for _, e in engines.iterrows()]
+
+
+def _pair_row(run: pd.Series, d: pd.Series) -> dict:
+    """The columns of a ``deltas.csv`` row that every comparison has: the run's settings (``run``: its headline
+    row), the paired values, Δ with its interval and p, the counts and the two run directories."""
+    return {"model": run["model"], "task": run["task"], "task_config": run.get("task_config", ""),
+            "method": run["method"], "label": run["label"], "budget": run["prompt_budget"],
+            "metric": run["metric"], "unit": run["unit"], "value": d["value_paired"],
+            "reference": d["reference_paired"], "delta": d["delta"], "ci_low": d["delta_ci_lo"],
+            "ci_high": d["delta_ci_hi"], "p_value": d["p_value"], "n_items": int(d["n_paired"]),
+            "n_run": int(d["n_run"]), "n_reference": int(d["n_reference"]), "subset": bool(d["subset"]),
+            "meaningful": bool(d["n_paired"] >= SMALL_N), "run": d["run"], "reference_run": d["reference"]}
 
 
 def deltas_table(head: pd.DataFrame, deltas: pd.DataFrame, engines: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -93,19 +94,10 @@ def deltas_table(head: pd.DataFrame, deltas: pd.DataFrame, engines: pd.DataFrame
     if deltas.empty and not extra:
         return pd.DataFrame(columns=DELTAS_COLUMNS)
     values = head.set_index("run")
-    rows = []
-    for _, d in deltas.iterrows():
-        run = values.loc[d["run"]]
-        rows.append({"model": run["model"], "task": run["task"], "task_config": run.get("task_config", ""),
-                     "method": run["method"], "label": run["label"], "budget": run["prompt_budget"],
-                     "metric": run["metric"], "unit": run["unit"], "value": d["value_paired"],
-                     "reference": d["reference_paired"], "delta": d["delta"], "ci_low": d["delta_ci_lo"],
-                     "ci_high": d["delta_ci_hi"], "p_value": d["p_value"], "n_items": int(d["n_paired"]),
-                     "n_run": int(d["n_run"]), "n_reference": int(d["n_reference"]), "subset": bool(d["subset"]),
-                     "meaningful": bool(d["n_paired"] >= SMALL_N), "n_acted": int(d["n_acted"]),
-                     "value_acted": d["value_acted"], "reference_acted": d["reference_acted"],
-                     "delta_acted": d["delta_acted"], "gen_tokens_change": d["gen_tokens_change"],
-                     "mde_80": d["mde_80"], "comparison": "method", "run": d["run"], "reference_run": d["reference"]})
+    rows = [{**_pair_row(values.loc[d["run"]], d), "n_acted": int(d["n_acted"]), "value_acted": d["value_acted"],
+             "reference_acted": d["reference_acted"], "delta_acted": d["delta_acted"],
+             "gen_tokens_change": d["gen_tokens_change"], "mde_80": d["mde_80"], "comparison": "method"}
+            for _, d in deltas.iterrows()]
     return pd.DataFrame(rows + extra, columns=DELTAS_COLUMNS)
 
 
