@@ -373,12 +373,13 @@ def test_a_rows_logits_are_the_same_bits_in_every_cpu_step_of_its_rows(tiny_mode
 def test_the_row_block_keeps_every_row_position_exact_on_this_machine(tiny_model):
     """``row_block``: every product of 4..B rows of each of the model's linear shapes gives each row position the
     bits it gets in the smallest product that holds it; ``held_rows`` and ``blocks`` keep every forward >= 4 rows."""
-    from snapstream_core.engine.row_blocks import MIN_CPU_ROWS, blocks, held_rows, linear_shapes, row_block
+    from snapstream_core.engine.row_blocks import MIN_CPU_ROWS, blocks, held_rows, linear_weights, row_block
 
     B = row_block(tiny_model, 16)
     assert MIN_CPU_ROWS <= B <= 16
-    for k, n, dtype in linear_shapes(tiny_model):
+    for (k, n, dtype), weight in linear_weights(tiny_model).items():
         w, x = torch.randn(n, k, dtype=dtype), torch.randn(B, k, dtype=dtype)
+        assert weight.shape == (n, k)
         ref = torch.nn.functional.linear(x[:MIN_CPU_ROWS], w)
         for m in range(MIN_CPU_ROWS, B + 1):
             got = torch.nn.functional.linear(x[:m], w)

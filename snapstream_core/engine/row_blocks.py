@@ -14,32 +14,42 @@ always sits at position ``r % B`` of a product whose size the probe checked.
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
 MIN_CPU_ROWS = 4  # CPU forwards of at least this many rows (1 to 3 rows take other kernels, other bits)
 
 
-def linear_shapes(model: torch.nn.Module) -> tuple[tuple[int, int, torch.dtype], ...]:
-    """The distinct ``(in_features, out_features, dtype)`` of the model's ``nn.Linear`` modules (lm_head included)."""
-    shapes = {(m.in_features, m.out_features, m.weight.dtype) for m in model.modules()
-              if isinstance(m, torch.nn.Linear)}
-    return tuple(sorted(shapes, key=lambda s: (s[0], s[1], str(s[2]))))
+def linear_weights(model: torch.nn.Module) -> dict[tuple[int, int, torch.dtype], torch.Tensor]:
+    """One weight (out, in) of each distinct ``(in_features, out_features, dtype)`` among the model's ``nn.Linear``
+    modules (lm_head included)."""
+    out: dict[tuple[int, int, torch.dtype], torch.Tensor] = {}
+    for m in model.modules():
+        if isinstance(m, torch.nn.Linear):
+            out.setdefault((m.in_features, m.out_features, m.weight.dtype), m.weight)
+    return out
 
 
-@functools.lru_cache(maxsize=32)
-def _block_for(shape: tuple[int, int, torch.dtype], max_rows: int) -> int:
-    """The largest ``B <= max_rows`` (at least ``MIN_CPU_ROWS``) whose products of 4..B rows agree row by row."""
-    k, n, dtype = shape
+_BLOCKS: dict[tuple[int, int, torch.dtype, str, int], int] = {}
+
+
+def _block_for(w: torch.Tensor, max_rows: int) -> int:
+    """The largest ``B <= max_rows`` (at least ``MIN_CPU_ROWS``) whose products with ``w`` (out, in) of 4..B rows
+    agree row by row. The kernels choose by shape, dtype and device, not by the values: the model's own weight is
+    used (nothing allocated but the (max_rows, in) input), and the answer is kept per shape for the process."""
+    key = (w.shape[1], w.shape[0], w.dtype, str(w.device), max_rows)
+    if key not in _BLOCKS:
+        _BLOCKS[key] = _probe(w, max_rows)
+    return _BLOCKS[key]
+
+
+def _probe(w: torch.Tensor, max_rows: int) -> int:
     gen = torch.Generator().manual_seed(0)
-    w = torch.randn(n, k, generator=gen).to(dtype)
-    x = torch.randn(max_rows, k, generator=gen).to(dtype)
+    x = torch.randn(max_rows, w.shape[1], generator=gen).to(device=w.device, dtype=w.dtype)
     with torch.no_grad():
-        first = torch.nn.functional.linear(x[:MIN_CPU_ROWS], w)  # (4, n): positions 0..3 at M = 4
+        first = torch.nn.functional.linear(x[:MIN_CPU_ROWS], w)  # (4, out): positions 0..3 at M = 4
         seen = [first[p] for p in range(MIN_CPU_ROWS)]
         for m in range(MIN_CPU_ROWS + 1, max_rows + 1):
-            out = torch.nn.functional.linear(x[:m], w)  # (m, n)
+            out = torch.nn.functional.linear(x[:m], w)  # (m, out)
             if not all(torch.equal(out[p], seen[p]) for p in range(m - 1)):
                 return m - 1
             seen.append(out[m - 1])  # position m - 1 first appears at M = m
@@ -48,10 +58,10 @@ def _block_for(shape: tuple[int, int, torch.dtype], max_rows: int) -> int:
 
 def row_block(model: torch.nn.Module, max_rows: int) -> int:
     """The rows one eager CPU forward may hold for ``model`` on this machine (see the module docstring), at most
-    ``max_rows``; probed once per shape and process (a few hundred products of random data)."""
+    ``max_rows``; probed once per shape and process (a few hundred products with the model's own weights)."""
     if max_rows <= MIN_CPU_ROWS:
         return MIN_CPU_ROWS
-    return min([_block_for(s, max_rows) for s in linear_shapes(model)] or [max_rows])
+    return min([_block_for(w, max_rows) for w in linear_weights(model).values()] or [max_rows])
 
 
 def held_rows(rows: int, block: int) -> int:
