@@ -131,9 +131,11 @@ class HFBackend(TokenizingBackend):
         ``(request, sample)`` lists, as soon as they end.
 
         One :class:`~snapstream_core.engine.Engine` serves every call of the backend (its rows refill across
-        items, and each request brings its own settings), so a run compiles its decode step once, follow-up calls
-        included. Each sample draws from noise keyed on (``gen.seed``, item id, sample index, step), so its tokens
-        do not depend on batching, ``gen.rows`` or resume. ``positions=in_cache`` (keys re-rotated every step,
+        items, and each request brings its own settings), its rows sized once by :meth:`reserve` when the runner
+        knows the run's bound (second calls included), else by the first call's prompts; so a run allocates its rows
+        and compiles its decode step once, follow-up calls included. Each sample draws from noise keyed on
+        (``gen.seed``, item id, sample index, step), so its tokens do not depend on batching, ``gen.rows`` or
+        resume. ``positions=in_cache`` (keys re-rotated every step,
         which the fixed slot rows cannot do) goes to ``generate()``'s eager path, with the global RNG seeded per
         item as before."""
         if self.method.positions == "in_cache":
