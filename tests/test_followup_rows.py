@@ -15,7 +15,8 @@ from evals.config.models import load_tokenizer
 from evals.config.spec import check
 from evals.execute.backends import make_backend
 from evals.execute.backends.base import Request
-from evals.plan.job import job_from_spec, job_of
+from evals.execute.prepare import planned_rows
+from evals.plan.job import job_from_spec, job_of, peak_bytes
 from evals.run import run
 from snapstream_core.engine.step import EngineError
 from tasks.base import Prompt
@@ -93,6 +94,17 @@ def test_cot_run_allocates_its_rows_once_within_the_planned_bound(tmp_path, spec
         spec.task_module, first_job.max_prompt_tokens, 4, spec.model, task, tokenizer)
     assert job.max_new_tokens == 8 and job.slots >= first_job.slots + 8 - 4
     assert max(seconds) <= job.max_prompt_tokens
+
+
+def test_on_cuda_the_runner_plans_the_bound_with_the_runs_tokenizer(spec, tokenizer):
+    """``prepare.planned_rows`` (before weights load) plans the job at the bound, the template counted with the
+    run's tokenizer: the peak it quotes is that job's, above the first calls' alone."""
+    rows, planned = planned_rows(spec, "cuda")
+    job = job_from_spec(spec, tokenizer=tokenizer)
+    first_job = job_of(spec.resolved["model"], spec.resolved["task"], spec.method, tag="none", max_new_tokens=4,
+                       n_samples=1)
+    assert planned == peak_bytes(job, rows) > peak_bytes(first_job, rows)
+    assert job.max_prompt_tokens < job_from_spec(spec).max_prompt_tokens  # tokens, not the bytes bound
 
 
 def test_a_request_past_the_reserved_bound_is_refused_in_one_line(spec):

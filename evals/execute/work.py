@@ -95,9 +95,9 @@ def produce(p: RunPlan, backend: Backend, work: list[Work], prompts: PromptStore
 def reserve(p: RunPlan, backend: Backend, requests: list[Request]) -> tuple[int, int] | None:
     """Tell ``backend`` the most prompt and new tokens any call of the run will have: the first calls' longest
     prompt and widest request, through the task's bound on its second calls (:func:`tasks.protocol.call_extent`,
-    the function the planner sizes the job's memory with). Returns the bound; None for a backend without prompt
-    lengths (it holds no rows)."""
-    if not requests or not backend.needs_prompts:
+    the function the planner sizes the job's memory with). Returns the bound; None for a backend that holds no
+    rows of ours (``backend=vllm`` sizes its own; replay) and so is not asked."""
+    if not requests or not p.spec.backend.engine or not backend.needs_prompts:
         return None
     lengths = [backend.prompt_tokens(req.prompt) for req in requests]
     if any(n is None for n in lengths):
