@@ -70,9 +70,10 @@ def produce(p: RunPlan, backend: Backend, work: list[Work], prompts: PromptStore
             ) -> Iterator[list[tuple[Request, Sample]]]:
     """Finished samples as ``(request, sample)`` lists: streamed as they end from a backend that can (requests are
     built lazily, so the prompts of items not reached yet are not rendered), else one ``generate`` per chunk of
-    ``gen.batch_size`` requests. Tasks with a second call (``followup``) render every first prompt up front, size
-    the backend's rows once for the run, second calls included (:func:`reserve`), and run each chunk's second
-    calls as one ``generate``."""
+    ``gen.batch_size`` requests. Tasks with a second call (``followup``) go chunk by chunk (on a streaming backend
+    with decode rows, chunks of at least as many items as rows, so that the rows are busy): every first prompt is
+    rendered up front, the backend's rows are sized once for the run, second calls included (:func:`reserve`), and
+    each chunk's second calls run as one ``generate``."""
     followup = hook(p.task, "followup") is not None and backend.supports_followup
 
     def requests(chunk: Iterable[Work]) -> Iterator[Request]:
@@ -81,7 +82,10 @@ def produce(p: RunPlan, backend: Backend, work: list[Work], prompts: PromptStore
     if backend.streams and not followup:
         yield from backend.stream(requests(work))
         return
-    chunks: Iterable[list[Request]] = (list(requests(c)) for c in batches(work, backend.batch_size or p.batch_size))
+    size = backend.batch_size or p.batch_size
+    if backend.streams and p.decode_rows:  # gen.batch_size is for backends that do not stream: fill the rows
+        size = max(size, p.decode_rows)
+    chunks: Iterable[list[Request]] = (list(requests(c)) for c in batches(work, size))
     if followup:
         chunks = list(chunks)
         reserve(p, backend, [req for reqs in chunks for req in reqs])
