@@ -14,7 +14,6 @@ from pathlib import Path
 from bench.gpu.agreement import engine_greedy, forced_tokens, judge, tolerance_for
 from bench.gpu.measure import BlockReads, decode_measure, finish_decode, make_engine, make_item
 from bench.gpu.rows import plan_rows
-from bench.gpu.shapes import AGREEMENT
 
 
 def _graphs() -> int:
@@ -36,18 +35,18 @@ def compaction(ctx) -> None:
     decode_measure(ctx, engine, item, reads)  # with the compactions' count, time and share of the timed run
     ctx.put(graphs=_graphs() - before)
     finish_decode(ctx, rows, engine.cache.slots)
-    shape = AGREEMENT[1 if ctx.args.tiny else 0]
-    tokens = make_item(ctx, shape.prompt, 1, 0).ids
     tol = tolerance_for(next(ctx.model.parameters()).dtype)
-    for name in [n for n in ("rkv", "triattention") if n in METHODS]:
+    n = min(steps, 2 * engine.method.interval)  # at least one compaction on the stage's own prompt
+    for name in [m for m in ("rkv", "triattention") if m in METHODS]:
         ctx.phase(f"token agreement: {name}")
         knobs = {**ctx.shape.compression, "method": name}
         if name == "triattention":  # its query statistics, calibrated on the stage's own model and prompt
             knobs["calibration"] = str(calibrate_here(ctx.model, item.ids))
         compiled = engine if name == "rkv" else make_engine(ctx, rows, steps, compression=knobs)
-        eager = make_engine(ctx, 1, shape.new, compression=knobs, compiled=False)
-        ref, got, runs = forced_tokens(engine_greedy(eager), engine_greedy(compiled), tokens, shape.new)
+        eager = make_engine(ctx, 1, n, compression=knobs, compiled=False)
+        ref, got, runs = forced_tokens(engine_greedy(eager), engine_greedy(compiled), item.ids, n)
         ctx.put(**{f"{name}_agreement": {**judge(ref, got, None, tol), "starts": runs,
+                                         "reference_compactions": eager.stats.compactions,
                                          "path": "compiled" if compiled.stats.compiled else "eager",
                                          "reference": "the eager engine"}})
 

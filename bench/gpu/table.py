@@ -41,7 +41,7 @@ TABLE: tuple[StageCost, ...] = (
     StageCost("full_decode", "the full cache at the planner's rows (the baseline) and the engine's greedy tokens "
               "against plain transformers", 80, 100, 70, 360),
     StageCost("compaction", "R-KV's compaction graph (its share of the decode) and the decode-time methods' compiled "
-              "tokens against eager", 110, 130, 150, 600),
+              "tokens against eager", 110, 130, 300, 900),
     StageCost("equal_memory_full", "the full cache at 128k: its rows and tokens/s at a planned memory",
               60, 75, 45, 240),
     StageCost("equal_memory_snapstream", "SnapStream at 128k at the full cache's planned memory: the tokens/s ratio",
