@@ -47,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     rec = StageRecord(a.result, a.name, note=COSTS[a.name].why, started=started)
     try:
         rec.phase("import")
+        import torch  # noqa: F401 - imported here so that the phase names where the time goes
+        import transformers  # noqa: F401
+
         from bench.gpu.context import Ctx
         from bench.gpu.model import build_model, versions
         from bench.gpu.stages import FUNCTIONS

@@ -123,7 +123,7 @@ def test_a_killed_stage_keeps_the_figures_it_had_written(tmp_path):
     """A stage killed once its warm-up run is over (SIGKILL: it writes nothing more) has left its phase and the
     warm-up's figures in its record."""
     out = tmp_path / "stage.json"
-    proc = subprocess.Popen([sys.executable, "-m", "bench.gpu_stages", "snapstream_decode", "--tiny", "--no-compile",
+    proc = subprocess.Popen([sys.executable, "-m", "bench.gpu_stages", "full_decode", "--tiny", "--no-compile",
                              "--max-rows", "3", "--result", str(out)], cwd=ROOT)
     try:
         rec = wait_for(lambda: (r := read(out)) and "timed run" in r.get("phases", {}) and r, 120)
@@ -131,7 +131,7 @@ def test_a_killed_stage_keeps_the_figures_it_had_written(tmp_path):
         proc.kill()
         proc.wait()
     rec = read(out)
-    assert rec["name"] == "snapstream_decode" and rec["phase"] in ("timed run", "bandwidth floor", "done")
+    assert rec["name"] == "full_decode" and rec["phase"] in ("timed run", "bandwidth floor", "token agreement", "done")
     assert rec["warmup_s"] > 0 and rec["rows"] == 3 and "model_build_s" in rec
 
 

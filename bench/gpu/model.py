@@ -41,7 +41,8 @@ def versions() -> dict[str, str | None]:
     import torch
 
     out: dict[str, str | None] = {"python": platform.python_version(), "torch": torch.__version__,
-                                  "cuda": torch.version.cuda}
+                                  "cuda": torch.version.cuda,
+                                  "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
     for pkg in ("transformers", "huggingface_hub", "triton", "tokenizers", "safetensors"):
         try:
             out[pkg] = md.version(pkg)

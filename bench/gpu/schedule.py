@@ -47,12 +47,12 @@ def plan(stages: Sequence[StageCost], left_s: float, tiny: bool, limit_override:
             budget -= limit
             continue
         elif est <= budget and budget >= MIN_STAGE_S:
-            out.append(Planned(st.name, budget, est, f"limit cut from {limit:.0f} s to the {budget:.0f} s left "
+            out.append(Planned(st.name, budget, est, f"limit cut from {limit:.0f} s to the {budget:.1f} s left "
                                                     f"(its estimate, {est:.0f} s, fits)"))
             budget = 0.0
             continue
         else:
-            out.append(Planned(st.name, None, est, f"does not fit the deadline: {max(budget, 0):.0f} s left after "
-                                                   f"the stages before it, its estimate {est:.0f} s"))
+            out.append(Planned(st.name, None, est, f"does not fit the deadline: {max(budget, 0):.1f} s left after "
+                                                   f"the stages before it, its estimate {est:.1f} s"))
         missing.setdefault(st.name, "is skipped")
     return out
