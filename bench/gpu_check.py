@@ -98,16 +98,24 @@ def stage_command(a: argparse.Namespace, name: str, result: Path, context: dict)
 def run_stage(a: argparse.Namespace, name: str, limit: float, context: dict) -> dict[str, Any]:
     """One stage in its own process group, killed at ``limit`` seconds: the last record it wrote, and how it
     ended."""
+    interrupted = None
+    start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         result = Path(tmp) / "stage.json"
-        code, wall = run_process(stage_command(a, name, result, context), limit, REPO)
+        try:
+            code, wall = run_process(stage_command(a, name, result, context), limit, REPO)
+        except (KeyboardInterrupt, SystemExit) as exc:  # Ctrl-C, SIGTERM, SIGHUP: the stage's group is killed
+            code, wall, interrupted = None, time.perf_counter() - start, exc
         rec: dict[str, Any] = {"name": name, "path": "engine", **read_record(result)}
     rec.update(limit_s=round(limit, 1), wall_s=wall)
     if code is None:
         phase = rec.get("phase", "start (it wrote no record)")
         at = rec.get("phases", {}).get(phase)
-        rec["stopped"] = (f"stopped at its limit of {limit:.0f} s in phase '{phase}'"
-                          + (f" (entered at {at:.1f} s)" if at is not None else ""))
+        why = (f"stopped when the check was interrupted ({type(interrupted).__name__})" if interrupted
+               else f"stopped at its limit of {limit:.0f} s")
+        rec["stopped"] = f"{why} in phase '{phase}'" + (f" (entered at {at:.1f} s)" if at is not None else "")
+        if interrupted:
+            rec["interrupted"] = True
     elif code != 0 and "error" not in rec:
         rec["error"] = f"the stage's process exited with {code}"
     return rec
@@ -159,6 +167,12 @@ def main(argv: list[str] | None = None) -> int:
             result["stages"].append(rec)
             result["equal_memory"] = equal_memory(result["stages"])
             result["seconds"] = time.perf_counter() - started
+            if rec.pop("interrupted", False):
+                result["stages"] += [{"name": c.name, "path": "engine", "skipped": "the check was interrupted"}
+                                     for c in wanted[i + 1:]]
+                save(a.out, result)
+                print(f"interrupted: wrote what the stages had found to {a.out / 'gpu_check.json'}", file=sys.stderr)
+                return 130
             save(a.out, result)
     print(render(result))
     print(f"wrote {a.out / 'gpu_check.json'}")

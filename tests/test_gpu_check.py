@@ -138,7 +138,8 @@ def test_a_killed_stage_keeps_the_figures_it_had_written(tmp_path):
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
 def test_killing_the_check_leaves_no_stage_process_behind(tmp_path, sig):
     """The check killed (SIGKILL: none of its own code runs; SIGTERM: as ``timeout`` or SLURM end it) while a stage
-    runs: the stage's process and anything in its session are gone within seconds."""
+    runs: the stage's process and anything in its session are gone within seconds; on SIGTERM the check also
+    writes the record the stage had written so far."""
     check = subprocess.Popen([sys.executable, "-m", "bench.gpu_check", "--tiny", "--only", "full_decode",
                               "--out", str(tmp_path)], cwd=ROOT, start_new_session=True,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -148,8 +149,13 @@ def test_killing_the_check_leaves_no_stage_process_behind(tmp_path, sig):
         assert stage, "the stage's process did not start"
         time.sleep(0.5)
         os.kill(check.pid, sig)
-        check.wait(timeout=30)
+        code = check.wait(timeout=30)
         assert wait_for(lambda: not in_session(stage), 10), f"left behind: {in_session(stage)}"
+        if sig == signal.SIGTERM:  # the check's own exit path: it writes what the stage had found, then exits 130
+            assert code == 130
+            rec = read(tmp_path / "gpu_check.json")["stages"][0]
+            assert rec["name"] == "full_decode" and rec["stopped"].startswith("stopped when the check was interrupted")
+            assert rec["phase"] in rec["phases"]
     finally:
         with_suppressed_kill(check.pid)
         if stage:
