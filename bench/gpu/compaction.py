@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.gpu.agreement import engine_greedy, forced_tokens, judge, tolerance_for
-from bench.gpu.measure import BlockReads, decode_measure, finish_decode, make_engine, make_item
+from bench.gpu.measure import BlockReads, decode_measure, finish_decode, make_engine, make_item, method_of
 from bench.gpu.rows import plan_rows
 
 
@@ -34,9 +34,10 @@ def compaction(ctx) -> None:
     item = make_item(ctx, prompt, rows, steps)
     decode_measure(ctx, engine, item, reads)  # with the compactions' count, time and share of the timed run
     ctx.put(graphs=_graphs() - before)
-    finish_decode(ctx, rows, engine.cache.slots)
+    method = method_of(ctx)
+    finish_decode(ctx, rows, method.slots(prompt, steps + 1))
     tol = tolerance_for(next(ctx.model.parameters()).dtype)
-    n = min(steps, 2 * engine.method.interval)  # at least one compaction on the stage's own prompt
+    n = min(steps, 2 * method.interval)  # at least one compaction on the stage's own prompt
     for name in [m for m in ("rkv", "triattention") if m in METHODS]:
         ctx.phase(f"token agreement: {name}")
         knobs = {**ctx.shape.compression, "method": name}

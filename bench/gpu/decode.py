@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from bench.gpu.agreement import against_transformers, engine_greedy
-from bench.gpu.measure import BlockReads, decode_measure, finish_decode, make_engine, make_item, peaks, reset
+from bench.gpu.measure import BlockReads, decode_measure, finish_decode, make_engine, make_item, method_of, peaks, reset
 from bench.gpu.rows import plan_rows
 from bench.gpu.shapes import AGREEMENT
 
@@ -19,7 +19,8 @@ def decode_stage(ctx) -> None:
     ctx.phase("engine")
     engine = make_engine(ctx, rows, steps, reads)
     decode_measure(ctx, engine, make_item(ctx, prompt, rows, steps), reads)
-    finish_decode(ctx, rows, engine.cache.slots if engine.method.ring is not None else prompt + steps // 2)
+    method = method_of(ctx)  # a ring's rows read every slot; an appending row its filled ones (half the steps in)
+    finish_decode(ctx, rows, method.slots(prompt, steps + 1) if method.ring is not None else prompt + steps // 2)
     if ctx.name == "equal_memory_full":
         ctx.put(pass_on={"full_peak_bytes": ctx.record["planned_bytes"]})
     if ctx.name == "full_decode":

@@ -39,6 +39,13 @@ def peaks(device: str) -> tuple[float | None, float | None]:
     return allocated / GIB, (torch.cuda.max_memory_reserved() - allocated) / GIB
 
 
+def method_of(ctx, compression: dict | None = None):
+    """The stage's compression method (``compression``: other knobs)."""
+    import snapstream_core as ss
+
+    return ss.compression_from_config(dict(compression or ctx.shape.compression))
+
+
 def make_engine(ctx, rows: int, steps: int, reads=None, compression: dict | None = None, compiled: bool | None = None):
     """The stage's engine: ``compression`` (default the stage's), compiled unless ``--no-compile`` (FlexAttention
     with the block mask, also compiled on the CPU), R1's sampling (top-p on), ``steps + 1`` new tokens."""
@@ -46,8 +53,8 @@ def make_engine(ctx, rows: int, steps: int, reads=None, compression: dict | None
     from snapstream_core.engine import Engine
 
     compiled = (not ctx.args.no_compile) if compiled is None else compiled
-    method = ss.compression_from_config(dict(compression or ctx.shape.compression))
-    return Engine(ctx.model, method, ss.SamplingConfig(max_new_tokens=steps + 1, **R1_SAMPLING), eos=[], rows=rows,
+    sampling = ss.SamplingConfig(max_new_tokens=steps + 1, **R1_SAMPLING)
+    return Engine(ctx.model, method_of(ctx, compression), sampling, eos=[], rows=rows,
                   compile=compiled, compile_backend="inductor", attention="flex" if compiled else "sdpa",
                   planned_bytes=ctx.record.get("planned_bytes"),
                   step_context=None if reads is None else reads.context)
