@@ -69,6 +69,27 @@ def test_each_stage_runs_on_the_engine_in_the_tiny_dry_run(tmp_path, name):
         assert rec["short_prompt"] < rec["prompt"] and rec["short_ms_per_step"] > 0 and rec["long_over_short"] > 0
 
 
+def test_the_engine_counts_and_times_its_own_compactions():
+    """What the compaction stage reads instead of wrapping the engine's compaction call: ``EngineStats.compactions``
+    (one per call, every due row in it) follows the method's own schedule, and ``compaction_s`` is their time."""
+    import snapstream_core as ss
+    from bench.gpu.model import build_model
+    from snapstream_core.engine import Engine, EngineItem
+
+    model, _ = build_model(tiny=True)
+    method = ss.compression_from_config({"method": "rkv", "budget": 32, "interval": 8})
+    engine = Engine(model, method, ss.SamplingConfig(max_new_tokens=24), eos=[], rows=2)
+    for _ in engine.run([EngineItem(list(range(3, 51)), 0, (0, 1), 24)]):
+        pass
+    due = [k for k in range(1, 24) if method.compacts(48, k)]
+    assert engine.stats.compactions == len(due) == 3 and engine.stats.compaction_s > 0
+    engine = Engine(model, ss.compression_from_config({"method": "none"}), ss.SamplingConfig(max_new_tokens=8), eos=[],
+                    rows=1)
+    for _ in engine.run([EngineItem(list(range(3, 51)), 0, (0,), 8)]):
+        pass
+    assert engine.stats.compactions == 0 and engine.stats.compaction_s == 0
+
+
 @pytest.mark.parametrize("deadline", [0, 30, 200, 333, DEADLINE_S, 615, 2000])
 @pytest.mark.parametrize("tiny", [False, True])
 def test_the_plan_fits_the_deadline_most_informative_first_and_names_what_it_skips(deadline, tiny):
