@@ -30,6 +30,8 @@ def test_forced_tokens_compares_the_argmax_at_every_position_fed_the_reference()
     ref, got, starts = forced_tokens(reference, flipping_path({2, 5}), [1, 2], len(REF))
     assert ref == REF and starts == 3
     assert [i for i in range(len(REF)) if got[i] != ref[i]] == [2, 5]
+    ref, got, starts = forced_tokens(reference, flipping_path({0, 1, 2, 3, 4, 5}), [1, 2], len(REF), max_starts=4)
+    assert starts == 4 and ref == REF[:4] and got == [t + 100 for t in REF[:4]]  # bounded: judged on what it compared
 
 
 def test_the_verdict_exact_in_fp32_and_near_ties_only_in_bf16():

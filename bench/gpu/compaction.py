@@ -37,7 +37,7 @@ def compaction(ctx) -> None:
     method = method_of(ctx)
     finish_decode(ctx, rows, method.slots(prompt, steps + 1))
     tol = tolerance_for(next(ctx.model.parameters()).dtype)
-    n = min(steps, 2 * method.interval)  # at least one compaction on the stage's own prompt
+    n = min(steps, method.interval + max(8, method.interval // 8))  # a compaction and the tokens after it
     for name in [m for m in ("rkv", "triattention") if m in METHODS]:
         ctx.phase(f"token agreement: {name}")
         knobs = {**ctx.shape.compression, "method": name}
@@ -46,7 +46,7 @@ def compaction(ctx) -> None:
         compiled = engine if name == "rkv" else make_engine(ctx, rows, steps, compression=knobs)
         eager = make_engine(ctx, 1, n, compression=knobs, compiled=False)
         ref, got, runs = forced_tokens(engine_greedy(eager), engine_greedy(compiled), item.ids, n)
-        ctx.put(**{f"{name}_agreement": {**judge(ref, got, None, tol), "starts": runs,
+        ctx.put(**{f"{name}_agreement": {**judge(ref, got, None, tol), "starts": runs, "asked": n,
                                          "reference_compactions": eager.stats.compactions,
                                          "path": "compiled" if compiled.stats.compiled else "eager",
                                          "reference": "the eager engine"}})
