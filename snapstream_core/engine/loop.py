@@ -50,6 +50,7 @@ from snapstream_core.engine.row_blocks import MIN_CPU_ROWS, blocks, held_rows, r
 from snapstream_core.engine.rows import RowCache
 from snapstream_core.engine.scheduler import Job, Scheduler, StepCounts
 from snapstream_core.engine.step import DecodeKernels, EngineError, Step, is_oom, memory_line
+from snapstream_core.engine.timer import DeviceTimer
 from snapstream_core.generate import cut_at_eos, stop_cut
 from snapstream_core.memory import READ_BLOCK
 from snapstream_core.methods.base import CompressionMethod
@@ -114,6 +115,8 @@ class EngineStats:
     blocks: list[tuple[int, float]] = field(default_factory=list)
     prefilled: int = 0  # prompt tokens prefilled so far
     decoded: int = 0  # tokens decoded so far: the busy rows of every step (a sample's tokens after its end included)
+    compactions: int = 0  # compaction calls (decode-time methods)
+    compaction_s: float = 0.0  # their device time (CUDA events, read at host reads; wall clock on the CPU)
 
     @property
     def read_share(self) -> float:
@@ -187,6 +190,7 @@ class Engine:
         self.cache: RowCache | None = None
         self.batch: RowBatch | None = None
         self.compactor: Compactor | None = None
+        self._compaction_timer = DeviceTimer(self.device)
         self.on_progress: Callable[[int, int], None] | None = None
 
     # ------------------------------------------------------------------ per-row state
@@ -282,12 +286,16 @@ class Engine:
     def _compact(self, busy: list[int]) -> None:
         """Compact the rows this step made due (:class:`~.compact.Compactor`); each then writes its next token at
         slot ``held`` and the ``interval - 1`` after it, until its next compaction."""
+        calls = self.compactor.calls
+        self._compaction_timer.start()
         try:
             compacted = self.compactor.after_step(busy, self.batch.pos0 + self.batch.step - 1)
         except Exception as exc:
             if is_oom(exc):
                 raise self._oom(self.compactor.stage(), exc) from exc
             raise
+        self._compaction_timer.stop(keep=self.compactor.calls > calls)
+        self.stats.compactions += self.compactor.calls - calls
         b = self.batch
         for row, held in compacted.items():
             b.base[row], b.offset[row] = held, -b.host[row].steps % self.method.interval
@@ -343,6 +351,7 @@ class Engine:
         if self.bounded and self.batch is not None:
             self.stats.slots_read += int(self.batch.reads)
             self.batch.reads.zero_()
+        self.stats.compaction_s += self._compaction_timer.collect()
 
     def _kv_figures(self, prefix_kv: dict[str, int], item: EngineItem, job: Job, n_tokens: int) -> dict[str, int]:
         """The prefix cache's figures, with the sample's own decode row (the method's slots for its prompt, as
