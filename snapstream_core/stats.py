@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 class KVStats:
     """Running KV-memory accounting of one cache (all layers).
 
-    ``tokens`` counts filled entries per layer and KV head for one sequence; ``bytes`` counts the K and V storage the
+    ``tokens`` counts filled entries per layer and KV head for one sequence (the mean over layers and heads, rounded,
+    when they hold different counts); ``bytes`` counts the K and V storage the
     cache holds (preallocated ring slots included), divided by the batch size so that figures are per sequence.
     ``prefill_bytes_peak`` includes the transient full-prompt KV of the layer being compressed.
 
@@ -51,7 +52,8 @@ class KVStats:
     def step_done(self) -> None:
         """The last layer finished a forward step: record the steady-state figures."""
         self.kv_bytes_now = sum(self.layer_bytes.values()) // self.batch
-        self.kv_tokens_now = max(self.layer_tokens.values(), default=0)
+        # the mean over layers (every layer holds as many, but under per-layer budgets: the ragged policy)
+        self.kv_tokens_now = round(sum(self.layer_tokens.values()) / max(len(self.layer_tokens), 1))
         self.kv_bytes_peak = max(self.kv_bytes_peak, self.kv_bytes_now)
         self.kv_tokens_peak = max(self.kv_tokens_peak, self.kv_tokens_now)
         if self._in_prefill:
