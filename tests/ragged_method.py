@@ -12,6 +12,7 @@ import torch
 
 from snapstream_core.methods.base import PrefillView, Selection
 from snapstream_core.methods.snapkv import SnapKV
+from snapstream_core.selection import top_set
 
 
 def _side(i: int, n: int) -> int:
@@ -46,7 +47,10 @@ class HeadCounts(SnapKV):
         counts = torch.tensor([self.prompt_budget + self.spread * _side(h, H_kv) + layer for h in range(H_kv)])
         counts = counts.expand(B, H_kv).contiguous()
         n_keep = int(counts.max())
-        top = scores.topk(n_keep, dim=-1).indices  # best first
+        # best first, the earlier token first among equal scores (max pooling ties: a row's choice must not depend
+        # on its left padding)
+        best = top_set(scores, n_keep, view.key_valid).sort(dim=-1).values
+        top = best.gather(-1, torch.sort(scores.gather(-1, best), dim=-1, descending=True, stable=True).indices)
         kept = torch.arange(n_keep) < counts[..., None]
         idx = torch.where(kept, top, T).sort(dim=-1).values  # the kept in position order, padding (T) last
         idx = torch.where(idx < T, idx, idx[..., :1])

@@ -82,6 +82,8 @@ def test_prefilled_layers_hold_what_the_policy_says(tiny_model, method):
         cache, _ = prefill_prompt(tiny_model, torch.tensor([ids]), method)
         policy = method.storage(T)
         assert all(type(layer) is policy.layer_class() for layer in cache.layers)
+        if method.compresses:
+            assert all(layer.n_frozen == policy.frozen for layer in cache.layers) or policy.name == "ragged"
         stored = [layer.keys.shape[-2] for layer in cache.layers]
         held = [layer.held_entries() for layer in cache.layers]
         assert max(stored) == policy.prefill_slots  # what the memory model plans for a compressed layer
@@ -130,3 +132,13 @@ def test_a_method_that_drops_nothing_gives_the_full_caches_tokens(tiny_model, me
     got, _, _ = engine_tokens(tiny_model, method, ps, rows=2)
     full, _, _ = engine_tokens(tiny_model, ss.NoCompression(), ps, rows=2)
     assert got == full
+
+
+def test_a_ragged_cache_in_a_left_padded_batch_equals_each_prompt_alone(tiny_model):
+    method = HeadCounts(prompt_budget=64)
+    ps = prompts((300, 120, 50, 220), seed=4)
+    sampling = ss.SamplingConfig(max_new_tokens=NEW)
+    batch = generate(tiny_model, ps, method, sampling, eos_token_ids=[], pad_token_id=0)
+    for i, p in enumerate(ps):
+        alone = generate(tiny_model, [p], method, sampling, eos_token_ids=[], pad_token_id=0)
+        assert batch.tokens[i][0] == alone.tokens[0][0], i
