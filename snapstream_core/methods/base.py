@@ -72,7 +72,9 @@ class Selection:
 
 @dataclass(frozen=True)
 class CompressionMethod:
-    """Base of the method dataclasses. Subclasses set ``method`` and implement :meth:`select`.
+    """Base of the method dataclasses. Subclasses set ``method`` and ``policy`` (their storage), give the numbers the
+    policy is built from (:meth:`kept`; ``ring``/:meth:`frozen` for a ring, :meth:`kept_cap` for ragged budgets) and
+    implement :meth:`needs_selection` and :meth:`select`; the geometry is the policy's (:meth:`storage`).
 
     Every field is a knob and needs a default. ``tag_order`` orders the knobs in the run tag (the readable name of
     a run directory, ``evals/config/conf_store.py``); empty: the class's own fields in definition order, then the shared
