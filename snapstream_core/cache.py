@@ -7,7 +7,7 @@ from contextvars import ContextVar
 import torch
 from transformers.cache_utils import Cache
 
-from snapstream_core.layer import CompressedLayer
+from snapstream_core.layer import CompressedLayer, layer_for
 from snapstream_core.methods.base import CompressionMethod
 from snapstream_core.stats import KVStats
 
@@ -22,7 +22,8 @@ ACTIVE_LAYER: ContextVar[CompressedLayer | None] = ContextVar("snapstream_active
 
 
 class CompressedCache(Cache):
-    """One :class:`CompressedLayer` per decoder layer, sharing one :class:`KVStats`.
+    """One :class:`CompressedLayer` per decoder layer (the class of the method's storage policy, :func:`layer_for`),
+    sharing one :class:`KVStats`.
 
     Create it with :func:`snapstream_core.make_cache` (which checks the model), pass it to
     ``model.generate(past_key_values=cache)``, and read ``cache.stats`` afterwards. One cache serves one ``generate``
@@ -33,7 +34,7 @@ class CompressedCache(Cache):
         self.method = method
         self.inv_freq = inv_freq
         self.stats = KVStats(n_layers=n_layers)
-        super().__init__(layers=[CompressedLayer(method, i, self.stats, inv_freq) for i in range(n_layers)])
+        super().__init__(layers=[layer_for(method, i, self.stats, inv_freq) for i in range(n_layers)])
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
         layer = self.layers[layer_idx]

@@ -1,5 +1,8 @@
-"""One layer of a compressed KV cache: the full prompt during prefill, then a selected prefix plus appended tokens
-(``none``, ``snapkv``) or a fixed ring of the latest tokens (``streaming_llm``, ``snapstream``).
+"""One layer of a compressed KV cache: the full prompt during prefill, then what the method's storage policy keeps
+(:mod:`snapstream_core.policies`), one class per policy: :class:`AppendLayer` (a selected prefix plus appended tokens:
+``none``, ``snapkv``, and the prefill of the compacting methods), :class:`RingLayer` (a frozen prefix plus a fixed
+ring of the latest tokens: ``streaming_llm``, ``snapstream``) and :class:`RaggedLayer` (a count of prompt tokens per
+head, padded, plus appended tokens). :func:`layer_for` picks the class of a method's policy.
 
 Life of a layer, driven by ``generate``:
 
@@ -19,10 +22,13 @@ State and its invariants (B rows, H_kv KV heads, S storage slots):
 - ``aligned``: slot s holds logical token s for every row (no selection dropped anything, the ring never wrapped),
   so the stock masks are right and ``valid``/``pos`` may be ``None`` (method ``none``, or a full cache kept whole).
 - ``has_invalid``: some stored slot is left padding (the mask is needed even for a single query).
-- Ring methods: slots ``[0, n_frozen)`` are the frozen prefix, ``[n_frozen, n_frozen + ring)`` the ring; the next
+- Ring layers: slots ``[0, n_frozen)`` are the frozen prefix, ``[n_frozen, n_frozen + ring)`` the ring; the next
   decoded token goes to slot ``n_frozen + filled % ring``; the first ``n_frozen + min(filled, ring)`` slots are
   filled. Free ring slots are marked valid already: they are never returned before a token is written in them.
-- Appending methods: every stored slot is filled; ``n_frozen`` is the number kept by the prefill.
+- Appending layers: every stored slot is filled; ``n_frozen`` is the number kept by the prefill.
+- Ragged layers: as appending ones, but head h of row b holds only ``counts[b, h]`` of the prefill's slots (the rest
+  of the largest count is padding, never valid).
+- ``schedule()`` is the engine's per-row slot schedule of the stored prefix (:meth:`RowCache.load`).
 - Positions are written lazily (see :class:`~snapstream_core.slot_index.SlotIndex`); nothing here is updated by
   reading an attribute: every change happens in ``update``, ``finish_prefill`` or the batch surgery methods.
 """
@@ -32,11 +38,13 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import CacheLayerMixin
 
-from snapstream_core.methods.base import CompressionMethod, PrefillView
+from snapstream_core.methods.base import CompressionMethod, PrefillView, Selection
 from snapstream_core.moments import QueryMoments
 from snapstream_core.selection import keep_indices
 from snapstream_core.slot_index import SlotIndex
 from snapstream_core.stats import KVStats
+
+NO_WRAP = 1 << 62  # the period of an appending schedule: never wraps
 
 
 def _gather_tokens(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
@@ -45,7 +53,9 @@ def _gather_tokens(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
 
 
 class CompressedLayer(SlotIndex, CacheLayerMixin):
-    """KV storage of one attention layer under a :class:`CompressionMethod`.
+    """KV storage of one attention layer under a :class:`CompressionMethod`: what every policy's layer shares (the
+    transformers layer API, the prefill selection, stats and batch surgery). A subclass stores the selection
+    (:meth:`_keep`), writes decoded tokens (:meth:`_write`) and says its sizes and its engine schedule.
 
     Attributes (after prefill): ``keys``/``values`` (B, H_kv, S, D) storage; ``valid`` (B, H_kv, S) bool slot
     validity; ``pos`` (B, H_kv, S) long original position of each slot's token; ``n_frozen`` prefix slots;
@@ -64,7 +74,7 @@ class CompressedLayer(SlotIndex, CacheLayerMixin):
         self.layer_idx = layer_idx
         self.stats = stats
         self.inv_freq = inv_freq  # RoPE inverse frequencies (D/2,), for positions=in_cache
-        self.ring: int | None = method.ring
+        self.ring: int | None = None  # ring slots (RingLayer); None: decoded tokens are appended
         self.pending = False  # prefill stored, selection not yet done
         self.aligned = True  # slot s holds logical token s: the stock masks are right
         self.has_invalid = False  # some slot is padding
@@ -92,6 +102,8 @@ class CompressedLayer(SlotIndex, CacheLayerMixin):
         """Slots the attention will see after this update (masks are built before ``update``)."""
         if self.keys is None:
             return query_length, 0
+        if self.pending:
+            raise RuntimeError("snapstream_core: decode step before the prefill selection (attention not attached?)")
         return self._slots_after(query_length), 0
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
@@ -105,26 +117,17 @@ class CompressedLayer(SlotIndex, CacheLayerMixin):
             self.lazy_initialization(key_states, value_states)
         if self.keys is None:
             return self._store_prefill(key_states, value_states)
-        q = key_states.shape[-2]
-        self.seen += q
-        if self.ring is None and self.aligned:  # full cache (none, or a prompt within budget): DynamicLayer's append
-            self.keys = torch.cat([self.keys, key_states], dim=-2)
-            self.values = torch.cat([self.values, value_states], dim=-2)
-            self._record()
-            return self.keys, self.values
-        if self.ring is not None and q == 1:  # the decode step of the fixed-size methods: in place, few ops
-            out = self._ring_write_one(key_states, value_states)
-            self._record()
-            return out
-        self.flush_positions()
-        new_pos = self.next_pos[:, None] + torch.arange(q, device=self.next_pos.device)  # (B, q)
-        self.next_pos = self.next_pos + q
-        if self.ring is None:
-            out = self._append(key_states, value_states, new_pos)
-        else:
-            out = self._ring_write_many(key_states, value_states, new_pos)
+        self.seen += key_states.shape[-2]
+        out = self._write(key_states, value_states)
         self._record()
         return out
+
+    def _next_positions(self, q: int) -> torch.Tensor:
+        """(B, q) positions of ``q`` new tokens (pending ring positions written first)."""
+        self.flush_positions()
+        new_pos = self.next_pos[:, None] + torch.arange(q, device=self.next_pos.device)
+        self.next_pos = self.next_pos + q
+        return new_pos
 
     # ------------------------------------------------------------------ prefill
     def _store_prefill(self, k: torch.Tensor, v: torch.Tensor):
@@ -160,46 +163,129 @@ class CompressedLayer(SlotIndex, CacheLayerMixin):
             if skip is not None and moments is None:
                 moments = QueryMoments.of(query, positions, key_valid, skip, self.inv_freq)
             view = PrefillView(query=query, keys=keys, key_valid=key_valid, scaling=scaling, values=values,
-                               moments=moments, inv_freq=self.inv_freq)
+                               moments=moments, inv_freq=self.inv_freq, layer_idx=self.layer_idx,
+                               n_layers=self.stats.n_layers)
             sel = self.method.select(view)
             idx = sel.indices
             if idx is None:
                 idx = keep_indices(sel.scores, sel.n_keep, sel.n_frozen, key_valid)
             n_frozen = sel.n_frozen
+            self._check_selection(sel)
         n_keep = idx.shape[-1]
         self.aligned = n_keep == T and bool((idx == torch.arange(T, device=idx.device)).all())
         valid = key_valid[:, None, :].expand(B, H_kv, T).gather(-1, idx)
         pos = positions[:, None, :].expand(B, H_kv, T).gather(-1, idx)
         self.has_invalid = not bool(valid.all())
         self.next_pos = positions[:, -1] + 1
-        if self.ring is None:
-            if self.aligned:  # nothing dropped: keep the prompt tensors; slot s stays token s, the stock mask holds
-                self.keys, self.values = keys, values
-                self.valid = self.pos = None
-            else:
-                self.keys, self.values = _gather_tokens(keys, idx), _gather_tokens(values, idx)
-                self.valid, self.pos = valid, pos
-            self.n_frozen = n_keep
-        else:
-            # One allocation for the whole generation: frozen prefix + ring.
-            S = n_frozen + self.ring
-            ring_init = n_keep - n_frozen
-            self.keys = keys.new_zeros(B, H_kv, S, D)
-            self.values = values.new_zeros(B, H_kv, S, D)
-            self.valid = torch.zeros(B, H_kv, S, dtype=torch.bool, device=keys.device)
-            self.pos = torch.zeros(B, H_kv, S, dtype=torch.long, device=keys.device)
-            self.keys[:, :, :n_keep] = _gather_tokens(keys, idx)
-            self.values[:, :, :n_keep] = _gather_tokens(values, idx)
-            self.valid[:, :, :n_keep] = valid
-            self.valid[:, :, n_keep:] = True  # free ring slots become visible only once a decoded token is in them
-            self.pos[:, :, :n_keep] = pos
-            self.n_frozen, self.filled = n_frozen, ring_init
+        self._keep(keys, values, idx, valid, pos, n_frozen)
         self.view_n, self._view = self._slots_now(), None
         self._view_n = None
         self._record()
 
-    # ------------------------------------------------------------------ decode
-    def _append(self, k: torch.Tensor, v: torch.Tensor, new_pos: torch.Tensor):
+    def _check_selection(self, sel: Selection) -> None:
+        """A ragged keep (``sel.counts``) needs the ragged policy's layer."""
+        if sel.counts is not None:
+            raise ValueError(f"compression.method: {self.method.method} returned a ragged selection (counts) but "
+                             f"its storage policy is {self.method.storage_kind!r}, not 'ragged'")
+
+    def _keep(self, keys, values, idx, valid, pos, n_frozen: int) -> None:
+        """Store the selection: ``idx`` (B, H_kv, n_keep) of the prompt's ``keys``/``values`` (B, H_kv, T, D), their
+        validity and positions (B, H_kv, n_keep), ``n_frozen`` of them the frozen prefix."""
+        raise NotImplementedError
+
+    def _write(self, k: torch.Tensor, v: torch.Tensor):
+        """Store (B, H_kv, q, D) decoded keys/values after the prefill; return what the attention reads."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ sizes and stats
+    def _slots_now(self) -> int:
+        """Slots the last update returned (filled)."""
+        raise NotImplementedError
+
+    def _slots_after(self, q: int) -> int:
+        raise NotImplementedError
+
+    def tokens_held(self) -> int:
+        """Filled KV entries per KV head for one sequence."""
+        raise NotImplementedError
+
+    def held_entries(self) -> int:
+        """KV entries held summed over this layer's KV heads, for one sequence (``tokens_held`` times the heads
+        unless heads hold different counts)."""
+        return 0 if self.keys is None else self.tokens_held() * self.keys.shape[1]
+
+    def schedule(self) -> tuple[int, int, int, int]:
+        """The engine's slot schedule of the stored prefix ``(base, offset, period, n)``: step t of a decode row
+        goes to slot ``base + (offset + t) % period``; ``n`` slots hold the prefix (:meth:`RowCache.load`)."""
+        raise NotImplementedError
+
+    @classmethod
+    def row_schedule(cls, schedules: list[tuple[int, int, int, int]]) -> tuple[int, int, int, int]:
+        """One schedule for a row from every layer's: they must agree."""
+        if any(s != schedules[0] for s in schedules):
+            raise RuntimeError("snapstream_core: layers disagree on the slot schedule")
+        return schedules[0]
+
+    def nbytes(self) -> int:
+        if self.keys is None:
+            return 0
+        return self.keys.numel() * self.keys.element_size() + self.values.numel() * self.values.element_size()
+
+    def _slot_bytes(self) -> int:
+        """Bytes of K and V of one slot of one KV head."""
+        return self.keys.shape[-1] * (self.keys.element_size() + self.values.element_size())
+
+    def _record(self) -> None:
+        self.stats.record(self.layer_idx, self.nbytes(), self.tokens_held(), self.keys.shape[0],
+                          held=self.held_entries(), slot_bytes=self._slot_bytes())
+        if self.layer_idx == self.stats.n_layers - 1 and not self.pending:
+            self.stats.step_done()
+
+    # ------------------------------------------------------------------ batch surgery (generate, sample-n, beams)
+    def _map_batch(self, fn) -> None:
+        self.flush_positions()
+        for name in ("keys", "values", "valid", "pos", "next_pos", "counts"):
+            value = getattr(self, name, None)
+            if value is not None:
+                setattr(self, name, fn(value))
+        if self._view is not None:
+            self._view = (fn(self._view[0]), fn(self._view[1]))
+        self._view_n = None
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        self._map_batch(lambda t: t.repeat_interleave(repeats, dim=0))
+        if self.keys is not None:
+            self._record()
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self._map_batch(lambda t: t[indices])
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        self._map_batch(lambda t: t.index_select(0, beam_idx.to(t.device)))
+
+    def reset(self) -> None:
+        self.__init__(self.method, self.layer_idx, self.stats, self.inv_freq)
+
+
+class AppendLayer(CompressedLayer):
+    """The ``append`` policy (and the prefill of the ``compacting`` one): the kept prompt, then every decoded token
+    appended. While nothing was dropped the prompt tensors are kept and slot s is token s (``aligned``)."""
+
+    def _keep(self, keys, values, idx, valid, pos, n_frozen: int) -> None:
+        if self.aligned:  # nothing dropped: keep the prompt tensors; slot s stays token s, the stock mask holds
+            self.keys, self.values = keys, values
+            self.valid = self.pos = None
+        else:
+            self.keys, self.values = _gather_tokens(keys, idx), _gather_tokens(values, idx)
+            self.valid, self.pos = valid, pos
+        self.n_frozen = idx.shape[-1]
+
+    def _write(self, k: torch.Tensor, v: torch.Tensor):
+        if self.aligned:  # full cache (none, or a prompt within budget): DynamicLayer's append
+            self.keys = torch.cat([self.keys, k], dim=-2)
+            self.values = torch.cat([self.values, v], dim=-2)
+            return self.keys, self.values
+        new_pos = self._next_positions(k.shape[-2])
         B, H_kv, q, _ = k.shape
         self.keys = torch.cat([self.keys, k], dim=-2)
         self.values = torch.cat([self.values, v], dim=-2)
@@ -209,6 +295,108 @@ class CompressedLayer(SlotIndex, CacheLayerMixin):
         self.view_n, self._view = S, None
         self.new_slots = slice(S - q, S)
         return self.keys, self.values
+
+    def _slots_now(self) -> int:
+        return self.keys.shape[-2]
+
+    def _slots_after(self, q: int) -> int:
+        return self.keys.shape[-2] + q
+
+    def tokens_held(self) -> int:
+        return 0 if self.keys is None else self.keys.shape[-2]
+
+    def schedule(self) -> tuple[int, int, int, int]:
+        """Decoded tokens go after the stored slots, never wrapping."""
+        n = self.keys.shape[-2]
+        return n, 0, NO_WRAP, n
+
+
+class RaggedLayer(AppendLayer):
+    """The ``ragged`` policy: head h of row b keeps ``counts[b, h]`` prompt tokens (``Selection.counts``), stored in
+    ``n_keep`` slots (the largest count) whose tail is padding, never valid; decoded tokens are appended to every
+    head. ``counts`` (B, H_kv) long; ``appended`` tokens written since the prefill."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.counts: torch.Tensor | None = None
+        self.appended = 0
+
+    def _check_selection(self, sel: Selection) -> None:
+        self._sel_counts = sel.counts
+
+    def _keep(self, keys, values, idx, valid, pos, n_frozen: int) -> None:
+        counts, self._sel_counts = getattr(self, "_sel_counts", None), None
+        B, H_kv, n_keep = idx.shape
+        if counts is None:
+            counts = torch.full((B, H_kv), n_keep, dtype=torch.long, device=idx.device)
+        counts = counts.to(device=idx.device, dtype=torch.long)
+        if counts.shape != (B, H_kv) or bool((counts < 0).any()) or bool((counts > n_keep).any()):
+            raise ValueError(f"compression.method: {self.method.method}'s Selection.counts must be (B, H_kv) = "
+                             f"({B}, {H_kv}) in [0, {n_keep}], got {tuple(counts.shape)}")
+        padding = torch.arange(n_keep, device=idx.device) >= counts[..., None]  # (B, H_kv, n_keep)
+        if bool(padding.any()):
+            self.aligned = False
+            valid = valid & ~padding
+            self.has_invalid = True
+        self.counts = counts
+        super()._keep(keys, values, idx, valid, pos, n_frozen)
+
+    def _write(self, k: torch.Tensor, v: torch.Tensor):
+        self.appended += k.shape[-2]
+        return super()._write(k, v)
+
+    def held_entries(self) -> int:
+        """Entries held summed over the KV heads, per sequence: the counts and the appended tokens."""
+        if self.keys is None:
+            return 0
+        if self.pending or self.counts is None:
+            return self.keys.shape[-2] * self.keys.shape[1]
+        B, H_kv = self.counts.shape
+        return int(self.counts.sum()) // B + self.appended * H_kv
+
+    def tokens_held(self) -> int:
+        """Entries held per KV head, the mean over rows and heads rounded to the nearest (the padding not counted)."""
+        if self.keys is None:
+            return 0
+        return round(self.held_entries() / self.keys.shape[1])
+
+    @classmethod
+    def row_schedule(cls, schedules: list[tuple[int, int, int, int]]) -> tuple[int, int, int, int]:
+        """Layers keep different counts: a row pads every layer to the largest (the slots past a layer's own
+        prefix stay hidden), so decoded tokens share one slot in every layer."""
+        n = max(s[-1] for s in schedules)
+        return n, 0, NO_WRAP, n
+
+
+
+class RingLayer(CompressedLayer):
+    """The ``ring`` policy: a frozen prefix of ``n_frozen`` slots and a ring of ``ring`` slots for the latest
+    tokens, allocated whole at the prefill; a decode step writes its token in place."""
+
+    def __init__(self, method: CompressionMethod, *args, **kwargs):
+        super().__init__(method, *args, **kwargs)
+        self.ring = method.ring
+
+    def _keep(self, keys, values, idx, valid, pos, n_frozen: int) -> None:
+        # One allocation for the whole generation: frozen prefix + ring.
+        B, H_kv, n_keep = idx.shape
+        D = keys.shape[-1]
+        S = n_frozen + self.ring
+        self.keys = keys.new_zeros(B, H_kv, S, D)
+        self.values = values.new_zeros(B, H_kv, S, D)
+        self.valid = torch.zeros(B, H_kv, S, dtype=torch.bool, device=keys.device)
+        self.pos = torch.zeros(B, H_kv, S, dtype=torch.long, device=keys.device)
+        self.keys[:, :, :n_keep] = _gather_tokens(keys, idx)
+        self.values[:, :, :n_keep] = _gather_tokens(values, idx)
+        self.valid[:, :, :n_keep] = valid
+        self.valid[:, :, n_keep:] = True  # free ring slots become visible only once a decoded token is in them
+        self.pos[:, :, :n_keep] = pos
+        self.n_frozen, self.filled = n_frozen, n_keep - n_frozen
+
+    def _write(self, k: torch.Tensor, v: torch.Tensor):
+        if k.shape[-2] == 1:  # the decode step: in place, few ops
+            return self._ring_write_one(k, v)
+        return self._ring_write_many(k, v, self._next_positions(k.shape[-2]))
 
     def _ring_write_one(self, k: torch.Tensor, v: torch.Tensor):
         """One decoded token (B, H_kv, 1, D) into its ring slot, in place: K and V (and the validity bit when it may
@@ -253,58 +441,30 @@ class CompressedLayer(SlotIndex, CacheLayerMixin):
             self.filled += 1
         return out_k, out_v
 
-    # ------------------------------------------------------------------ sizes and stats
     def _slots_now(self) -> int:
-        if self.ring is None:
-            return self.keys.shape[-2]
         return self.n_frozen + min(self.filled, self.ring)
 
     def _slots_after(self, q: int) -> int:
-        if self.pending:
-            raise RuntimeError("snapstream_core: decode step before the prefill selection (attention not attached?)")
-        if self.ring is None:
-            return self.keys.shape[-2] + q
         if q == 1:
             return self.n_frozen + min(self.filled + 1, self.ring)
         return self._slots_now() + q
 
     def tokens_held(self) -> int:
-        """Filled KV entries per KV head for one sequence."""
         if self.keys is None:
             return 0
-        return self.keys.shape[-2] if (self.pending or self.ring is None) else self._slots_now()
+        return self.keys.shape[-2] if self.pending else self._slots_now()
 
-    def nbytes(self) -> int:
-        if self.keys is None:
-            return 0
-        return self.keys.numel() * self.keys.element_size() + self.values.numel() * self.values.element_size()
+    def schedule(self) -> tuple[int, int, int, int]:
+        """Decoded tokens go round the ring after the frozen prefix, from the slot the prefill's seed reached."""
+        return self.n_frozen, self.filled, self.ring, self._slots_now()
 
-    def _record(self) -> None:
-        self.stats.record(self.layer_idx, self.nbytes(), self.tokens_held(), self.keys.shape[0])
-        if self.layer_idx == self.stats.n_layers - 1 and not self.pending:
-            self.stats.step_done()
 
-    # ------------------------------------------------------------------ batch surgery (generate, sample-n, beams)
-    def _map_batch(self, fn) -> None:
-        self.flush_positions()
-        for name in ("keys", "values", "valid", "pos", "next_pos"):
-            value = getattr(self, name)
-            if value is not None:
-                setattr(self, name, fn(value))
-        if self._view is not None:
-            self._view = (fn(self._view[0]), fn(self._view[1]))
-        self._view_n = None
+def layer_for(method: CompressionMethod, layer_idx: int, stats: KVStats,
+              inv_freq: torch.Tensor | None = None) -> CompressedLayer:
+    """The eager cache layer of ``method``'s storage policy."""
+    from snapstream_core.policies import POLICIES
 
-    def batch_repeat_interleave(self, repeats: int) -> None:
-        self._map_batch(lambda t: t.repeat_interleave(repeats, dim=0))
-        if self.keys is not None:
-            self._record()
-
-    def batch_select_indices(self, indices: torch.Tensor) -> None:
-        self._map_batch(lambda t: t[indices])
-
-    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
-        self._map_batch(lambda t: t.index_select(0, beam_idx.to(t.device)))
-
-    def reset(self) -> None:
-        self.__init__(self.method, self.layer_idx, self.stats, self.inv_freq)
+    kind = method.storage_kind
+    if kind not in POLICIES:
+        raise ValueError(f"{type(method).__name__}.policy: must be one of {tuple(POLICIES)}, got {kind!r}")
+    return POLICIES[kind].layer_class()(method, layer_idx, stats, inv_freq)

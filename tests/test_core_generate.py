@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from transformers import DynamicCache
 
 import snapstream_core as ss
 from snapstream_core.generate import SamplingConfig, generate
+from tests import method_matrix as matrix
 
 PROMPT_LEN, NEW = 300, 24
 
@@ -126,18 +129,11 @@ def test_a_cache_without_its_attention_function_refuses_to_decode(tiny_model):
         tiny_model.generate(ids, max_new_tokens=3, past_key_values=cache, pad_token_id=0)
 
 
-METHODS = [
-    ss.NoCompression(),
-    ss.SnapKV(prompt_budget=64),
-    ss.StreamingLLM(sinks=4, recent=60),
-    ss.SnapStream(prompt_budget=64, recent=16),
-    ss.SnapStream(prompt_budget=64, recent=16, positions="in_cache"),
-    ss.StreamingLLM(sinks=4, recent=60, positions="in_cache"),
-    ss.Knorm(prompt_budget=64),
-    ss.TOVA(prompt_budget=64, recent=16),
-    ss.KeyDiff(prompt_budget=64),
-    ss.ExpectedAttention(prompt_budget=64, recent=16),
-]
+# every method generate() runs (built from the registry) but the ratio budgets (a left-padded batch shares the
+# budget of its padded length: the runner runs them one prompt at a time), and positions=in_cache once per class
+# that has a ring
+FIXED = [m for m in matrix.METHODS if getattr(m, "ratio", None) is None]
+METHODS = [*FIXED, *{type(m): replace(m, positions="in_cache") for m in FIXED if m.storage_kind == "ring"}.values()]
 
 
 @pytest.mark.parametrize("impl", ["sdpa", "eager"])

@@ -29,11 +29,13 @@ def test_mean_held_is_the_mean_of_the_footprint_over_decoding_steps(name):
 
 def test_a_ring_holds_its_size_for_most_of_a_long_generation_and_the_full_cache_never_drops():
     snap = METHODS["snapstream"](prompt_budget=64, recent=16)
-    assert row_geometry(snap, 200, 8) == {"compressed": True, "kv_tokens_mean": 68.5}  # 65..72 over 8 steps
-    assert row_geometry(snap, 20, 8) == {"compressed": False, "kv_tokens_mean": 24.5}  # kept whole
+    # 65..72 over 8 steps; 64 + 16 slots (the ring's free slots are allocated)
+    assert row_geometry(snap, 200, 8) == {"compressed": True, "kv_tokens_mean": 68.5, "kv_slots_peak": 80}
+    assert row_geometry(snap, 20, 8) == {"compressed": False, "kv_tokens_mean": 24.5, "kv_slots_peak": 36}  # whole
     assert row_geometry(snap, 20, 100)["compressed"]  # the ring overflowed
     assert row_geometry(METHODS["none"](), 5000, 100)["compressed"] is False
-    assert row_geometry(snap, None, 8) == {"compressed": None, "kv_tokens_mean": None}  # a replay without lengths
+    # a replay without lengths
+    assert row_geometry(snap, None, 8) == {"compressed": None, "kv_tokens_mean": None, "kv_slots_peak": None}
 
 
 def test_keeps_every_token_from_the_method_and_the_measured_lengths():

@@ -1,14 +1,12 @@
-"""A method owns its geometry: the slots of a decode row, the prefill's query rows and the tokens held, for every
-method and ratio variant, equal to what a real prefill and decode on ``tiny_llama`` leave in the cache."""
+"""A method's geometry: the slots of a ratio budget follow the prompt, the prefill's query rows and moments, the
+budget caps (the slots and entries held are the storage policy's, ``tests/test_policies.py``)."""
 
 from __future__ import annotations
 
 import pytest
-import torch
 
 import snapstream_core as ss
-from snapstream_core.prefill import prefill_prompt
-from tests.method_matrix import IDS, METHODS, prompts
+from tests.method_matrix import IDS, METHODS
 
 
 def test_ratio_slots_follow_the_prompt_not_an_unbounded_one():
@@ -23,17 +21,9 @@ def test_ratio_slots_follow_the_prompt_not_an_unbounded_one():
 
 @pytest.mark.parametrize("method", METHODS, ids=IDS)
 @pytest.mark.parametrize("T", [40, 130])
-def test_geometry_matches_the_prefilled_cache(tiny_model, method, T):
-    (ids,) = prompts((T,))
-    cache, _ = prefill_prompt(tiny_model, torch.tensor([ids]), method)
-    layer = cache.layers[0]
-    assert layer.tokens_held() == method.kept(T) == method.tokens_held(T, 0)
-    assert layer.keys.shape[-2] == method.prefill_slots(T)
-    if method.compresses:
-        assert layer.n_frozen == method.frozen(T)
-    assert method.slots(T, 10) >= method.tokens_held(T, 9)  # a row holds every token fed back
-    if method.ring is not None:
-        assert method.slots(T, 10) == method.slots(T, 10_000)
+def test_query_rows_and_moments_the_selection_reads(method, T):
+    """What the prefill keeps for the selection (the slots and entries held are the storage policy's:
+    ``tests/test_policies.py`` checks them against a real prefill)."""
     window = min(method.window, T) if hasattr(method, "window") else int(method.method == "tova")
     assert method.query_rows(T) == (window if method.needs_selection(T) else 0)
     expected_moments = method.sinks if method.method == "expected_attention" and method.needs_selection(T) else None

@@ -33,8 +33,8 @@ class KeepFirst(CompressionMethod):
         super().__post_init__()
         check_positive("first_k", self.first_k)
 
-    def footprint(self, prompt_len: int, new_tokens: int) -> int:
-        return min(prompt_len, self.first_k) + new_tokens
+    def kept(self, prompt_len: int) -> int:  # the append policy (the default) does the rest of the geometry
+        return min(prompt_len, self.first_k)
 
     def needs_selection(self, prompt_len: int) -> bool:
         return prompt_len > self.first_k

@@ -9,8 +9,12 @@ from transformers import DynamicCache
 
 import snapstream_core as ss
 from snapstream_core.prefill import DEFAULT_CHUNK, layer_major, prefill_prompt
+from tests.method_matrix import ALL, ALL_IDS
+from tests.ragged_method import HeadCounts
 
 T, NEW = 300, 12
+REGISTERED = [*ALL, HeadCounts(prompt_budget=64)]
+REGISTERED_IDS = [*ALL_IDS, "head_counts"]
 
 METHODS = {
     "none": ss.NoCompression(),
@@ -101,6 +105,16 @@ def test_chunked_equals_one_pass_up_to_rounding(tiny_model, ids, name, chunk):
     torch.testing.assert_close(logits, ref_logits, rtol=1e-4, atol=1e-5)
     assert_same_cache(cache, ref_cache, exact=False)  # the same tokens kept, in the same slots
     assert greedy_after(tiny_model, cache, logits, T, NEW) == greedy_after(tiny_model, ref_cache, ref_logits, T, NEW)
+
+
+@pytest.mark.parametrize("method", REGISTERED, ids=REGISTERED_IDS)
+def test_every_registered_method_chunked_equals_one_pass(tiny_model, ids, method):
+    """The registry's methods (``tests/method_matrix.py``) and a ragged one: chunks of 7 tokens leave the cache of
+    the one-pass forward (the variants above check the rest on a few methods)."""
+    ref_cache, ref_logits = one_pass(tiny_model, ids, method)
+    cache, logits = prefill_prompt(tiny_model, ids, method, chunk_size=7)
+    torch.testing.assert_close(logits, ref_logits, rtol=1e-4, atol=1e-5)
+    assert_same_cache(cache, ref_cache, exact=False)
 
 
 @pytest.mark.parametrize("chunk", [None, 50])

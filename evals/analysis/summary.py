@@ -12,8 +12,11 @@ Units, one per metric kind (the ``unit`` column says which):
 Behaviour columns shared by all tasks, the ones that explain a drop: ``share_gen_truncated`` (generation stopped
 by ``max_new_tokens``, ``finish_reason == "length"``), ``share_compressed`` (the method dropped a token of the sample,
 :mod:`evals.record.geometry`; 0 for a run that keeps every token), ``mean_kv_tokens_mean`` (KV tokens held, mean over
-decoding, beside ``mean_kv_tokens_peak``), ``share_prompt_truncated`` (prompt cut to the context
-limit, the row's ``truncated``), ``share_think_unclosed`` (a thinking model that never closed ``</think>``).
+decoding, beside ``mean_kv_tokens_peak``), ``mean_kv_slots_peak`` (slots allocated per layer and KV head: above the
+tokens held by a ring's free slots or a ragged policy's padding), ``mean_kv_held_bytes_after_prefill`` and
+``mean_kv_bytes_after_prefill`` (bytes held and allocated after the prefill, measured), ``share_prompt_truncated``
+(prompt cut to the context limit, the row's ``truncated``), ``share_think_unclosed`` (a thinking model that never
+closed ``</think>``).
 
 Intervals of rates whose items each score 0 or 100 % (one sample per item, or a per-item verdict) are Wilson score
 intervals over the items (:func:`evals.analysis.stats.wilson`: right at 0 and at n, where a bootstrap of a constant
@@ -72,6 +75,7 @@ UNCERTAINTY_COLUMNS = ["stderr", "ci_lo", "ci_hi", "unit", "ci_method"]
 RUN_COLUMNS = ["fingerprint"]  # the run's identity hash (evals/execute/identity.py), last: the report groups by run
 FROM_ROWS = ("run_id", "fingerprint")  # one value per run: taken from its rows
 COST_UNITS = {"gen_tokens": "tokens", "kv_tokens_peak": "tokens", "kv_tokens_mean": "tokens", "kv_bytes_peak": "bytes",
+              "kv_slots_peak": "tokens", "kv_held_bytes_after_prefill": "bytes", "kv_bytes_after_prefill": "bytes",
               "latency_s": "s"}
 RATE = re.compile(r"^(accuracy|compensated|answered|key_prefix|pass@\d+|cons@\d+|share_\w+)$")
 BOOTSTRAP_ITERS = 200

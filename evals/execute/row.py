@@ -40,7 +40,10 @@ def build_row(p: RunPlan, o: Outcome) -> dict[str, Any]:
         "generation_id": p.generation_id,
         "generation_commit": commit() if p.generation_id is not None else None,
         "grading_id": p.grading_id,
-        **row_geometry(p.method, s.prompt_tokens, s.gen_tokens),  # compressed, kv_tokens_mean
+        **row_geometry(p.method, s.prompt_tokens, s.gen_tokens),  # compressed, kv_tokens_mean, kv_slots_peak
+        # measured after the prefill: entries held over layers and KV heads, and their bytes (allocated: above)
+        "kv_tokens_total_after_prefill": s.kv.get("kv_tokens_total_after_prefill"),
+        "kv_held_bytes_after_prefill": s.kv.get("kv_held_bytes_after_prefill"),
     }
     row.update({k: v for k, v in {**s.kv, **s.measured}.items() if k not in row})
     row.update({"prediction": None, "answer": None, "correct": None})

@@ -1,7 +1,7 @@
-"""What a method's geometry says about one sample: did compression drop anything, and how many KV tokens did the
-cache hold on average while decoding. Pure arithmetic on :meth:`CompressionMethod.footprint` (entries per layer and
-KV head after ``k`` new tokens of a ``T``-token prompt), so it holds for every run, the engine's or a replay's that
-recorded its prompt lengths.
+"""What a method's geometry says about one sample: did compression drop anything, how many KV tokens did the
+cache hold on average while decoding, and how many slots did its storage allocate. Pure arithmetic on
+:meth:`CompressionMethod.footprint` (entries per layer and KV head after ``k`` new tokens of a ``T``-token prompt,
+the storage policy's), so it holds for every run, the engine's or a replay's that recorded its prompt lengths.
 
 - ``compressed``: some token of the ``T + G`` was dropped, ``footprint(T, G) < T + G`` (always False for the full
   cache). A run none of whose samples was compressed **keeps every token (= full cache)**: its outputs are the full
@@ -10,6 +10,11 @@ recorded its prompt lengths.
   a ring holds its full size for most of a long generation, a growing cache only at its end. Every method's
   footprint grows by one entry per step until it stops growing (a ring full) and then stays, so the sum is exact
   from the last step ``k*`` at which it still grew (found by bisection): ``f(0) + k`` up to ``k*``, ``f(k*)`` after.
+- ``kv_slots_peak``: the slots per layer and KV head the storage policy allocates for the sample's generation
+  (``slots(T, G)``), beside the entries it held (``kv_tokens_peak``): a ring's free slots and a ragged policy's
+  padded heads (per-layer or per-head budgets, ``snapstream_core.policies.RaggedPolicy``) are allocated, not held.
+  The bytes allocated are ``kv_bytes_peak``; the bytes held after the prefill, measured, ``kv_held_bytes_after_prefill``
+  (``snapstream_core.stats.KVStats``).
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from typing import Any
 
 from snapstream_core.methods.base import CompressionMethod
 
-COLUMNS = ("compressed", "kv_tokens_mean")
+COLUMNS = ("compressed", "kv_tokens_mean", "kv_slots_peak")
 
 
 def _count(value: Any) -> int | None:
@@ -45,11 +50,12 @@ def mean_held(method: CompressionMethod, prompt_tokens: int, gen_tokens: int) ->
 
 
 def row_geometry(method: CompressionMethod, prompt_tokens: Any, gen_tokens: Any) -> dict[str, Any]:
-    """The row's ``compressed`` and ``kv_tokens_mean``; both None when a length was not measured."""
+    """The row's ``compressed``, ``kv_tokens_mean`` and ``kv_slots_peak``; all None when a length was not measured."""
     T, G = _count(prompt_tokens), _count(gen_tokens)
     if T is None or G is None:
         return dict.fromkeys(COLUMNS)
-    return {"compressed": dropped(method, T, G), "kv_tokens_mean": round(mean_held(method, T, G), 3)}
+    return {"compressed": dropped(method, T, G), "kv_tokens_mean": round(mean_held(method, T, G), 3),
+            "kv_slots_peak": method.slots(T, G)}
 
 
 def keeps_every_token(knobs: Mapping[str, Any], lengths: list[tuple[Any, Any]]) -> bool | None:

@@ -21,7 +21,8 @@ log = logging.getLogger(__name__)
 BASE_COLUMNS = ["run_id", "fingerprint", "model", "weights", "task", "item_id", "sample_idx", "method", "backend"]
 MEASURE_COLUMNS = [
     "seed", "prompt_tokens", "truncated", "gen_tokens", "finish_reason", "thinking_closed",
-    "kv_tokens_peak", "kv_bytes_peak", "compressed", "kv_tokens_mean", "latency_s", "device", "prompt_hash",
+    "kv_tokens_peak", "kv_bytes_peak", "compressed", "kv_tokens_mean", "kv_slots_peak",
+    "kv_tokens_total_after_prefill", "kv_held_bytes_after_prefill", "latency_s", "device", "prompt_hash",
     "generation_id", "generation_commit", "grading_id", "prediction", "answer", "correct",
 ]  # fmt: skip
 
@@ -131,7 +132,8 @@ def _jsonable(value: Any) -> Any:
 
 
 MEASURED_COLUMNS = ("prompt_tokens", "gen_tokens", "latency_s", "kv_tokens_peak", "kv_bytes_peak", "kv_tokens_mean",
-                    "kv_prefill_bytes_peak", "kv_bytes_after_prefill", "kv_bytes_final")
+                    "kv_prefill_bytes_peak", "kv_bytes_after_prefill", "kv_bytes_final", "kv_slots_peak",
+                    "kv_tokens_total_after_prefill", "kv_held_bytes_after_prefill")
 IDENTITY_COLUMNS = ("task", "model", "method")  # a row whose values differ from the file's first row is foreign
 
 

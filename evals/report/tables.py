@@ -25,6 +25,9 @@ BEHAVIOUR = {  # summary metric -> column title
     "mean_kv_tokens_peak": "KV tokens held (mean peak)",
     "mean_kv_tokens_mean": "KV tokens held (mean over decoding)",
     "mean_kv_bytes_peak": "KV held (MiB, mean peak)",
+    "mean_kv_slots_peak": "KV slots allocated (mean peak)",  # > tokens held: free ring slots, ragged padding
+    "mean_kv_held_bytes_after_prefill": "KV held after prefill (MiB)",
+    "mean_kv_bytes_after_prefill": "KV allocated after prefill (MiB)",
 }
 DASH = "—"
 # The report's task order: the diagnostic that shows what compression does first, then the long-context benchmark,
@@ -285,10 +288,18 @@ def behaviour_table(head: pd.DataFrame, deltas: pd.DataFrame) -> pd.DataFrame:
             DASH if pd.isna(v) else f"{rate_text(v)} ({r})" for v, r in zip(table["tokens_per_s"], table["rows_held"])]
         out["latency (s/sample)"] = table["latency_s_mean"].map(lambda v: DASH if pd.isna(v) else f"{v:.3g}")
     units = {"mean_gen_tokens": "tokens", "mean_kv_tokens_peak": "tokens", "mean_kv_tokens_mean": "tokens",
-             "mean_kv_bytes_peak": "MiB"}
+             "mean_kv_bytes_peak": "MiB", "mean_kv_slots_peak": "tokens", "mean_kv_held_bytes_after_prefill": "MiB",
+             "mean_kv_bytes_after_prefill": "MiB"}
+    # allocated beside held only where they differ (a ring's free slots, a ragged policy's padding)
+    beside = {"mean_kv_slots_peak": "mean_kv_tokens_peak",
+              "mean_kv_held_bytes_after_prefill": "mean_kv_bytes_after_prefill",
+              "mean_kv_bytes_after_prefill": "mean_kv_held_bytes_after_prefill"}
     for metric, title in BEHAVIOUR.items():
-        if table[metric].notna().any():
-            scale = MIB if metric == "mean_kv_bytes_peak" else 1
+        other = beside.get(metric)
+        if other is not None and (other not in table or (table[metric] - table[other]).abs().fillna(0).max() == 0):
+            continue
+        if metric in table and table[metric].notna().any():
+            scale = MIB if units.get(metric) == "MiB" else 1
             out[title] = table[metric].map(lambda v, u=units.get(metric, "%"), s=scale: fmt(v / s, u))
     if "compression acted (% samples)" in out:  # the full cache is the reference: it never compresses
         out.loc[table["method"].to_numpy() == "none", "compression acted (% samples)"] = DASH

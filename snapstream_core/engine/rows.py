@@ -116,25 +116,19 @@ class RowCache(Cache):
     def load(self, row: int, prefix: CompressedCache) -> tuple[int, int, int, int]:
         """Copy the batch-1 compressed ``prefix`` into ``row`` (hiding whatever the row held before).
 
-        Returns the row's slot schedule ``(base, offset, period, n_slots)``: step t goes to
-        ``base + (offset + t) % period``; ``n_slots`` is how many slots the prefix fills."""
-        schedule = None
-        for i, layer in enumerate(prefix.layers):
+        Returns the row's slot schedule ``(base, offset, period, n_slots)``, the layers' storage policy's
+        (``CompressedLayer.schedule`` and ``row_schedule``): step t goes to ``base + (offset + t) % period``;
+        ``n_slots`` is how many slots the prefix fills (a layer that fills fewer leaves the rest hidden)."""
+        layers = prefix.layers
+        for layer in layers:
             if layer.pending or layer.keys is None:
                 raise RuntimeError("snapstream_core: RowCache.load needs a prefilled, compressed cache")
             layer.flush_positions()
-            if layer.ring is None:
-                n = layer.keys.shape[-2]
-                sched = (n, 0, _NO_WRAP, n)
-            else:
-                n = layer.tokens_held()
-                sched = (layer.n_frozen, layer.filled, layer.ring, n)
-            if schedule is None:
-                schedule = sched
-            elif sched != schedule:
-                raise RuntimeError("snapstream_core: layers disagree on the slot schedule")
-            if n > self.slots:
-                raise RuntimeError(f"snapstream_core: a prefix of {n} slots does not fit {self.slots} row slots")
+        schedule = type(layers[0]).row_schedule([layer.schedule() for layer in layers])  # the policy's
+        if schedule[-1] > self.slots:
+            raise RuntimeError(f"snapstream_core: a prefix of {schedule[-1]} slots does not fit {self.slots} row slots")
+        for i, layer in enumerate(layers):
+            n = layer.schedule()[-1]
             self.keys[i][row, :, :n] = layer.keys[0, :, :n]
             self.values[i][row, :, :n] = layer.values[0, :, :n]
             self.visible[i, row] = False

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import Field, asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from snapstream_core.policies import POLICIES, AppendPolicy, RaggedPolicy, RingPolicy, StoragePolicy
+
 if TYPE_CHECKING:  # the dataclasses import no torch: configs are checked before torch loads
     import torch
 
@@ -33,7 +35,8 @@ class PrefillView:
     ``keys`` (B, H_kv, T, D) post-RoPE keys; ``key_valid`` (B, T) bool, False on left padding; ``scaling`` the
     attention scale (1/sqrt(D) for Llama); ``values`` (B, H_kv, T, D); ``moments`` the running moments of the pre-RoPE
     queries (:class:`snapstream_core.moments.QueryMoments`) when ``method.query_moments(T)`` asks for them, else None;
-    ``inv_freq`` (D/2,) the model's RoPE inverse frequencies (None when its angle is not linear in the position).
+    ``inv_freq`` (D/2,) the model's RoPE inverse frequencies (None when its angle is not linear in the position);
+    ``layer_idx`` the layer (-1: unknown) of ``n_layers`` (0: unknown), for per-layer budgets.
     """
 
     query: torch.Tensor
@@ -43,6 +46,8 @@ class PrefillView:
     values: torch.Tensor | None = None
     moments: Any = None
     inv_freq: torch.Tensor | None = None
+    layer_idx: int = -1
+    n_layers: int = 0
 
 
 @dataclass(frozen=True)
@@ -54,18 +59,22 @@ class Selection:
     frozen prefix and the rest seed the ring (StreamingLLM's recent tokens). ``indices`` (B, H_kv, n_keep) long,
     when given, are the kept tokens in the order the layer stores them (a method that orders its slots itself, as
     the decode-time methods store the references' score order); otherwise the kept tokens are stored in position
-    order.
+    order. ``counts`` (B, H_kv) long, when given, makes the keep ragged (the ``ragged`` storage policy): head h of
+    row b keeps ``indices[b, h, :counts[b, h]]`` and the rest of its ``n_keep`` slots is padding (never valid).
     """
 
     scores: torch.Tensor
     n_keep: int
     n_frozen: int
     indices: torch.Tensor | None = None
+    counts: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
 class CompressionMethod:
-    """Base of the method dataclasses. Subclasses set ``method`` and implement :meth:`select`.
+    """Base of the method dataclasses. Subclasses set ``method`` and ``policy`` (their storage), give the numbers the
+    policy is built from (:meth:`kept`; ``ring``/:meth:`frozen` for a ring, :meth:`kept_cap` for ragged budgets) and
+    implement :meth:`needs_selection` and :meth:`select`; the geometry is the policy's (:meth:`storage`).
 
     Every field is a knob and needs a default. ``tag_order`` orders the knobs in the run tag (the readable name of
     a run directory, ``evals/config/conf_store.py``); empty: the class's own fields in definition order, then the shared
@@ -82,6 +91,10 @@ class CompressionMethod:
     # "none", nothing (the full cache). Run names, the report and published references read it: a reference
     # matches a run only at the same method, budget and cap.
     budget_cap: ClassVar[str] = "prompt"
+    # Where the entries live (snapstream_core.policies.POLICIES): "append", "ring", "compacting" or "ragged". The
+    # policy owns the geometry, the memory terms, the eager cache layer and the engine's row schedule; the method
+    # gives it plain numbers (:meth:`storage`) and scores.
+    policy: ClassVar[str] = "append"
     # Whether the selection rotates queries by RoPE (ExpectedAttention): make_cache then refuses a model whose RoPE
     # angle is not linear in the position.
     reads_rope: ClassVar[bool] = False
@@ -96,82 +109,80 @@ class CompressionMethod:
 
     @property
     def ring(self) -> int | None:
-        """Ring slots for decoded tokens; ``None`` means decoded tokens are appended (the cache grows)."""
+        """Ring slots for decoded tokens (the ``ring`` policy); ``None``: no ring."""
         return None
 
     @property
     def compresses(self) -> bool:
         return True
 
-    def footprint(self, prompt_len: int, new_tokens: int) -> int:
-        """KV entries held per layer and KV head at the end of generation (the bound tests and rows check)."""
+    # ------------------------------------------------------------------ storage: the policy owns the geometry
+    @property
+    def storage_kind(self) -> str:
+        """The storage policy of this instance: :attr:`policy`, unless a knob chooses another (a ring)."""
+        return self.policy
+
+    def kept(self, prompt_len: int) -> int:
+        """Prompt entries a layer keeps after its prefill selection, per KV head (the mean over layers and heads
+        for a ragged method): the method's budget rule, the one number every policy is built from."""
         raise NotImplementedError
 
-    # ------------------------------------------------------------------ geometry (the one place it is computed)
+    def frozen(self, prompt_len: int) -> int:
+        """Entries of the kept prompt a ring never overwrites: all of them by default (a ring starts empty)."""
+        return self.kept(prompt_len)
+
+    def kept_cap(self, prompt_len: int) -> int:
+        """A ragged method's bound on the prompt entries any head of any layer keeps: the slots every head is
+        padded to (what is allocated). Default: the prompt (a safe bound); a method that knows a tighter one says
+        so."""
+        return prompt_len
+
+    def storage(self, prompt_len: int) -> StoragePolicy:
+        """The storage policy for a prompt of ``prompt_len`` tokens, from plain numbers."""
+        T, kind = prompt_len, self.storage_kind
+        if kind == "append":
+            return AppendPolicy(T, self.kept(T))
+        if kind == "ring":
+            return RingPolicy(T, self.kept(T), n_frozen=self.frozen(T), ring=self.ring)
+        if kind == "ragged":
+            kept = self.kept(T)
+            return RaggedPolicy(T, kept, cap=max(min(self.kept_cap(T), T), kept))
+        raise ValueError(f"{type(self).__name__}.policy: {kind!r} needs its own storage() (one of {tuple(POLICIES)})")
+
+    def footprint(self, prompt_len: int, new_tokens: int) -> int:
+        """KV entries held per layer and KV head at the end of generation (the bound tests and rows check)."""
+        return self.storage(prompt_len).footprint(new_tokens)
+
     def tokens_held(self, prompt_len: int, steps: int) -> int:
         """KV entries held per layer and KV head after the prefill of ``prompt_len`` tokens and ``steps`` decoded
-        tokens written (``footprint`` at ``steps = max_new_tokens``)."""
-        return self.footprint(prompt_len, steps)
+        tokens written."""
+        return self.storage(prompt_len).tokens_held(steps)
 
     def peak_tokens(self, prompt_len: int, steps: int) -> int:
-        """The most KV entries held at once while ``steps`` decoded tokens are written (``tokens_held`` at
-        ``steps`` for the methods whose cache never shrinks)."""
-        return self.tokens_held(prompt_len, steps)
+        """The most KV entries held at once while ``steps`` decoded tokens are written."""
+        return self.storage(prompt_len).peak_tokens(steps)
 
     def row_memory(self, prompt_len: int, slots: int) -> dict[str, int]:
-        """What a decode row holds beyond its K/V for this method, for the memory model (``memory.job_terms``):
-        ``compacts`` (1: slot positions and a compaction), ``query_ring`` (queries per layer), ``pairs`` (key
-        pairs per KV head a compaction of ``slots`` slots scores pairwise) and ``prefill_pairs`` (those of the
-        prompt cut). None by default."""
-        return {"compacts": 0, "query_ring": 0, "pairs": 0, "prefill_pairs": 0}
+        """What a decode row holds beyond its K/V, for the memory model (``memory.job_terms``): the policy's
+        ``compacts``/``query_ring``/``pairs``/``prefill_pairs`` (:meth:`StoragePolicy.row_memory`)."""
+        return self.storage(prompt_len).row_memory(slots)
 
     def mean_tokens_held(self, prompt_len: int, gen_tokens: int) -> float:
-        """Mean of ``tokens_held(T, k)`` over decoding steps ``k = 1..gen_tokens`` (``tokens_held(T, 0)`` when
-        nothing was generated), for a cache that grows by one entry a step and then stays flat: found by bisection."""
-        T, G = prompt_len, gen_tokens
-        start = self.tokens_held(T, 0)
-        if G <= 0:
-            return float(start)
-        lo, hi = 0, G  # the largest k with tokens_held(T, k) == start + k
-        if self.tokens_held(T, G) == start + G:
-            lo = G
-        else:
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                if self.tokens_held(T, mid) == start + mid:
-                    lo = mid
-                else:
-                    hi = mid
-        growing = lo * start + lo * (lo + 1) // 2  # steps 1..lo: start + k
-        flat = (G - lo) * self.tokens_held(T, lo)  # steps lo+1..G: as held after step lo
-        return (growing + flat) / G
+        """Mean of ``tokens_held(T, k)`` over decoding steps ``k = 1..gen_tokens`` (the policy's)."""
+        return self.storage(prompt_len).mean_tokens_held(gen_tokens)
 
     def check_engine(self, where: str) -> None:
         """Raise a one-line ``ValueError`` when the method needs the engine and ``where`` (another decoding path,
         e.g. ``generate()``) cannot run it. Every method runs anywhere by default."""
 
-    def kept(self, prompt_len: int) -> int:
-        """Prompt tokens a layer keeps after its prefill selection."""
-        return self.tokens_held(prompt_len, 0)
-
-    def frozen(self, prompt_len: int) -> int:
-        """Slots of the frozen prefix after prefill: the kept prompt (appending methods); ring methods keep the
-        ring's share of the prompt apart and override this."""
-        return self.kept(prompt_len)
-
     def prefill_slots(self, prompt_len: int) -> int:
-        """KV slots per KV head a layer allocates when its selection is done (a ring is allocated whole)."""
-        if self.ring is None:
-            return self.kept(prompt_len)
-        return self.frozen(prompt_len) + self.ring
+        """KV slots per KV head a layer allocates when its selection is done (the policy's)."""
+        return self.storage(prompt_len).prefill_slots
 
     def slots(self, prompt_len: int, max_new_tokens: int) -> int:
-        """KV slots per KV head of one decode row for a prompt of ``prompt_len`` tokens and ``max_new_tokens``: the
-        kept prompt and the ``max_new_tokens - 1`` tokens fed back (appending methods; the last token is never fed
-        back), or the prefix and the ring (ring methods, whatever ``max_new_tokens``)."""
-        if self.ring is None:
-            return self.kept(prompt_len) + max(max_new_tokens - 1, 0)
-        return self.prefill_slots(prompt_len)
+        """KV slots per KV head of one decode row for a prompt of ``prompt_len`` tokens and ``max_new_tokens``
+        (the policy's: what a row allocates)."""
+        return self.storage(prompt_len).slots(max_new_tokens)
 
     def query_rows(self, prompt_len: int) -> int:
         """Post-RoPE query rows (the last ones) the prefill selection reads: none when nothing is selected; every

@@ -12,7 +12,8 @@ and TriAttention's baselines (WeianMao/triattention ``triattention/methods/basel
   tokens, and compresses at the next forward, after appending, whenever ``kv_cache_len >= budget``).
 
 So a row never holds more than ``cap + interval`` entries (``slots``), and the entries held after ``k`` decoded
-tokens written (:meth:`DecodeMethod.tokens_held`) is a sawtooth that depends only on ``(T, k)``.
+tokens written is a sawtooth that depends only on ``(T, k)``: the ``compacting`` storage policy
+(:class:`~snapstream_core.policies.CompactingPolicy`) owns it; a method gives it its numbers.
 
 A compaction keeps, per (row, layer, KV head): the protected prompt slots (in slot order), then the best of the
 other candidates by :meth:`DecodeMethod.compact_scores` (in score order, as the references' ``topk`` stores them),
@@ -31,6 +32,7 @@ from snapstream_core.methods.base import (
     check_at_most,
     check_positive,
 )
+from snapstream_core.policies import CompactingPolicy
 
 if TYPE_CHECKING:
     import torch
@@ -75,6 +77,8 @@ class DecodeMethod(CompressionMethod):
     A subclass sets ``method``, :attr:`query_window` and writes :meth:`compact_scores`."""
 
     method: ClassVar[str] = "decode_base"
+    policy: ClassVar[str] = "compacting"
+    compact_trigger: ClassVar[str] = "interval"  # CompactingPolicy.trigger: R-KV's schedule
     budget_cap: ClassVar[str] = "cache"
     budget_knob: ClassVar[str] = "budget"
     budget: int = 512
@@ -127,14 +131,23 @@ class DecodeMethod(CompressionMethod):
         """Key pairs per KV head :meth:`compact_scores` scores pairwise over ``n`` slots (0: none; R-KV: n^2)."""
         return 0
 
-    # ------------------------------------------------------------------ geometry
+    # ------------------------------------------------------------------ storage (the compacting policy's numbers)
     @property
     def compresses(self) -> bool:
         return True
 
+    def storage(self, prompt_len: int) -> CompactingPolicy:
+        """The ``compacting`` policy of a ``prompt_len``-token prompt: the sawtooth, the slots and the row's
+        compaction state are the policy's."""
+        T = prompt_len
+        return CompactingPolicy(T, self.kept(T), budget=self.budget, cap=self.cap(T), interval=self.interval,
+                                trigger=self.compact_trigger, query_ring=self.query_window,
+                                prompt_cut=self.needs_selection(T))
+
     def row_memory(self, prompt_len: int, slots: int) -> dict[str, int]:
+        """The policy's (slot positions, a compaction, the query ring) and the scorer's key pairs."""
         cut = self.key_pairs(prompt_len) if self.needs_selection(prompt_len) else 0
-        return {"compacts": 1, "query_ring": self.query_window, "pairs": self.key_pairs(slots), "prefill_pairs": cut}
+        return {**self.storage(prompt_len).row_memory(slots), "pairs": self.key_pairs(slots), "prefill_pairs": cut}
 
     def protected(self, prompt_len: int) -> int:
         """Prompt tokens never evicted."""
@@ -148,9 +161,6 @@ class DecodeMethod(CompressionMethod):
         """Entries after prefill: ``budget`` when the prompt is cut (``T >= budget``, prompt not protected)."""
         return self.budget if self.needs_selection(prompt_len) else prompt_len
 
-    def frozen(self, prompt_len: int) -> int:
-        return self.kept(prompt_len)
-
     def needs_selection(self, prompt_len: int) -> bool:
         return not self.protect_prompt and prompt_len >= self.budget
 
@@ -159,74 +169,14 @@ class DecodeMethod(CompressionMethod):
         return min(max(self.window if self.needs_selection(prompt_len) else 0, self.query_window), prompt_len)
 
     def compacts(self, prompt_len: int, steps: int) -> bool:
-        """Whether the ``steps``-th decoded token written (at position ``prompt_len + steps - 1``) compacts."""
-        p = prompt_len + steps - 1
-        return steps >= 1 and p % self.interval == 0 and self._before(prompt_len, steps) >= self.budget
-
-    def _before(self, prompt_len: int, steps: int) -> int:
-        """Entries held right after writing the ``steps``-th token, before its compaction."""
-        return self.tokens_held(prompt_len, steps - 1) + 1
-
-    def tokens_held(self, prompt_len: int, steps: int) -> int:
-        """Entries held after ``steps`` decoded tokens written and compacted (the sawtooth)."""
-        held, T, first = self.kept(prompt_len), prompt_len, prompt_len
-        # compaction points: positions p >= T with p % interval == 0, at write number p - T + 1
-        p = -(-first // self.interval) * self.interval
-        done = 0
-        while p <= T + steps - 1:
-            k = p - T + 1
-            before = held + (k - done)
-            held, done = (min(before, self.cap(T)) if before >= self.budget else before), k
-            p += self.interval
-        return held + (steps - done)
-
-    def peak_tokens(self, prompt_len: int, steps: int) -> int:
-        """Most entries held at once while ``steps`` tokens are written (a step attends before it compacts)."""
-        peak = self.kept(prompt_len)
-        T = prompt_len
-        p = -(-T // self.interval) * self.interval
-        while p <= T + steps - 1:
-            peak = max(peak, self._before(T, p - T + 1))
-            p += self.interval
-        return max(peak, self.tokens_held(T, steps))
-
-    def mean_tokens_held(self, prompt_len: int, gen_tokens: int) -> float:
-        """Mean of the sawtooth over steps ``1..gen_tokens``: summed a segment (between compactions) at a time."""
-        T, G = prompt_len, gen_tokens
-        if G <= 0:
-            return float(self.tokens_held(T, 0))
-        total, k = 0, 1
-        for point in [*self._points(T, G), G + 1]:  # steps k..point-1 grow by one from tokens_held(T, k)
-            if point > k:
-                n, first = point - k, self.tokens_held(T, k)
-                total += n * first + n * (n - 1) // 2
-            if point <= G:
-                total += self.tokens_held(T, point)
-            k = point + 1
-        return total / G
-
-    def footprint(self, prompt_len: int, new_tokens: int) -> int:
-        """The most entries held at once over a generation of ``new_tokens`` (a bound: the cache shrinks)."""
-        return self.peak_tokens(prompt_len, max(new_tokens - 1, 0))
-
-    def slots(self, prompt_len: int, max_new_tokens: int) -> int:
-        """Slots of one decode row: the most entries held at once (at most ``cap + interval``)."""
-        return self.peak_tokens(prompt_len, max(max_new_tokens - 1, 0))
-
-    def prefill_slots(self, prompt_len: int) -> int:
-        return self.kept(prompt_len)
+        """Whether the ``steps``-th decoded token written (at position ``prompt_len + steps - 1``) compacts (the
+        policy's schedule)."""
+        return self.storage(prompt_len).compacts(steps)
 
     def keeps_all(self, prompt_len: int, new_tokens: int) -> bool:
         """Provably the full cache's tokens: no prefill cut and no compaction over the run (a compaction that keeps
         every entry still reorders the slots)."""
-        steps = max(new_tokens - 1, 0)
-        return (self.positions == "original" and not self.needs_selection(prompt_len)
-                and not any(self.compacts(prompt_len, k) for k in self._points(prompt_len, steps)))
-
-    def _points(self, prompt_len: int, steps: int) -> range:
-        """Write numbers k in [1, steps] at compaction positions."""
-        first = -(-prompt_len // self.interval) * self.interval - prompt_len + 1
-        return range(first, steps + 1, self.interval)
+        return self.positions == "original" and self.storage(prompt_len).keeps_all(new_tokens)
 
     # ------------------------------------------------------------------ prefill
     def select(self, view: PrefillView) -> Selection:

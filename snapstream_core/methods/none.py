@@ -19,8 +19,8 @@ class NoCompression(CompressionMethod):
     def compresses(self) -> bool:
         return False
 
-    def footprint(self, prompt_len: int, new_tokens: int) -> int:
-        return prompt_len + new_tokens
+    def kept(self, prompt_len: int) -> int:
+        return prompt_len
 
     def needs_selection(self, prompt_len: int) -> bool:
         return False

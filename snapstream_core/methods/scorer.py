@@ -70,12 +70,12 @@ class PromptScorer(CompressionMethod):
     def ring(self) -> int | None:
         return self.recent
 
-    def footprint(self, prompt_len: int, new_tokens: int) -> int:
-        grown = new_tokens if self.recent is None else min(new_tokens, self.recent)
-        return self.budget(prompt_len) + grown
+    @property
+    def storage_kind(self) -> str:
+        """Appended decoded tokens, or with ``recent`` a ring of them (the kept prompt frozen whole)."""
+        return self.policy if self.recent is None else "ring"
 
-    def frozen(self, prompt_len: int) -> int:
-        """The kept prompt is frozen whole; a ring starts empty."""
+    def kept(self, prompt_len: int) -> int:
         return self.budget(prompt_len)
 
     def needs_selection(self, prompt_len: int) -> bool:

@@ -84,8 +84,8 @@ class SnapKV(CompressionMethod):
         kept = max(int(prompt_len * (1 - self.ratio)), self.window + self.sinks + 1)
         return min(prompt_len, kept)
 
-    def footprint(self, prompt_len: int, new_tokens: int) -> int:
-        return self.budget(prompt_len) + new_tokens
+    def kept(self, prompt_len: int) -> int:
+        return self.budget(prompt_len)
 
     def needs_selection(self, prompt_len: int) -> bool:
         return self.budget(prompt_len) < prompt_len

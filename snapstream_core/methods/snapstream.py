@@ -21,6 +21,7 @@ class SnapStream(SnapKV):
     and ``recent`` ring slots for decoded tokens."""
 
     method: ClassVar[str] = "snapstream"
+    policy: ClassVar[str] = "ring"
     tag_order: ClassVar[tuple[str, ...]] = (
         "prompt_budget", "recent", "window", "kernel", "pooling", "gqa_agg", "sinks", "positions", "ratio"
     )
@@ -40,13 +41,6 @@ class SnapStream(SnapKV):
     @property
     def ring(self) -> int:
         return self.recent
-
-    def footprint(self, prompt_len: int, new_tokens: int) -> int:
-        return self.budget(prompt_len) + min(new_tokens, self.recent)
-
-    def frozen(self, prompt_len: int) -> int:
-        """The kept prompt is frozen whole; the ring starts empty."""
-        return self.budget(prompt_len)
 
     def select(self, view: PrefillView) -> Selection:
         return SnapKV.select(self, view)

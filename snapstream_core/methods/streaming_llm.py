@@ -28,6 +28,7 @@ class StreamingLLM(CompressionMethod):
     both (unless they agree): an explicit ``recent`` is never silently replaced."""
 
     method: ClassVar[str] = "streaming_llm"
+    policy: ClassVar[str] = "ring"
     budget_cap: ClassVar[str] = "cache"  # sinks + recent hold the whole sequence, decoded tokens included
     DEFAULT_RECENT: ClassVar[int] = 1020
     tag_order: ClassVar[tuple[str, ...]] = ("prompt_budget", "sinks", "recent", "positions")
@@ -73,8 +74,9 @@ class StreamingLLM(CompressionMethod):
     def ring(self) -> int:
         return self.recent
 
-    def footprint(self, prompt_len: int, new_tokens: int) -> int:
-        return min(prompt_len + new_tokens, self.sinks + self.recent)
+    def kept(self, prompt_len: int) -> int:
+        """The sinks and the last prompt tokens, ``sinks + recent`` at most."""
+        return min(prompt_len, self.sinks + self.recent)
 
     def needs_selection(self, prompt_len: int) -> bool:
         return True  # the split between sinks and ring is needed even when nothing is dropped

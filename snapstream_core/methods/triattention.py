@@ -46,6 +46,7 @@ class TriAttention(DecodeMethod):
     runs it."""
 
     method: ClassVar[str] = "triattention"
+    compact_trigger: ClassVar[str] = "slack"  # CompactingPolicy.trigger: the reference's slack_budget_trigger
     tag_order: ClassVar[tuple[str, ...]] = (
         "budget", "interval", "window", "offset_max_length", "score_aggregation", "normalize_scores", "pruning",
         "protect_prompt", "positions",
@@ -102,34 +103,9 @@ class TriAttention(DecodeMethod):
                              "model=NAME writes one; docs/triattention.md)")
         check_for_model(self.calibration, shape)
 
-    # ------------------------------------------------------------------ schedule: the slack trigger
+    # ------------------------------------------------------------------ schedule: the slack trigger (the policy's)
     def cap(self, prompt_len: int) -> int:
         return max(self.budget, prompt_len + self.window)
-
-    def _first(self, prompt_len: int) -> int:
-        """The write number of the first compaction: when the cache reaches ``budget + interval``."""
-        return max(1, self.budget + self.interval - prompt_len)
-
-    def _period(self, prompt_len: int) -> int:
-        return max(1, self.budget + self.interval - self.cap(prompt_len))
-
-    def compacts(self, prompt_len: int, steps: int) -> bool:
-        first = self._first(prompt_len)
-        return steps >= first and (steps - first) % self._period(prompt_len) == 0
-
-    def tokens_held(self, prompt_len: int, steps: int) -> int:
-        first = self._first(prompt_len)
-        if steps < first:
-            return prompt_len + steps
-        return self.cap(prompt_len) + (steps - first) % self._period(prompt_len)
-
-    def peak_tokens(self, prompt_len: int, steps: int) -> int:
-        if steps < self._first(prompt_len):
-            return prompt_len + steps
-        return max(prompt_len + self._first(prompt_len), self.cap(prompt_len) + self._period(prompt_len))
-
-    def _points(self, prompt_len: int, steps: int) -> range:
-        return range(self._first(prompt_len), steps + 1, self._period(prompt_len))
 
     # ------------------------------------------------------------------ scores
     def compact_scores(self, view: CompactView) -> torch.Tensor:
