@@ -58,16 +58,19 @@ def resolve_compile(value: bool | str | None, device: torch.device | str) -> boo
 
 
 def decode_step(model, cache, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
-                attention: Callable | None = None, filled: torch.Tensor | None = None) -> torch.Tensor:
+                attention: Callable | None = None, filled: torch.Tensor | None = None,
+                queries: torch.Tensor | None = None) -> torch.Tensor:
     """One decode step of fixed shapes: tokens (R, 1) long at positions (R, 1), row r written at slot ``slots[r]``
     of ``cache`` (a :class:`~snapstream_core.engine.rows.RowCache` or a view of its rows) -> next-token logits
     (R, V) float32. ``attention``: the decode attention hook (None: SDPA); ``filled`` (R,) long: row r's highest
-    written slot + 1 after this step's write, handed to ``attention`` to bound its reads (None: it reads all S)."""
+    written slot + 1 after this step's write, handed to ``attention`` to bound its reads (None: it reads all S);
+    ``queries`` (L, R, H, Q, D) or None: a decode-time method's query ring (the rows' ``RowBatch.queries``), where
+    row r writes its post-RoPE queries at index ``position % Q``."""
     cache.write_slot = slots
     cache.mark_written()
     extra = {SLOT_MASK_KWARG: cache.visible}
-    if cache.queries is not None:  # a decode-time method's query ring: row r writes at position % Q
-        extra[SLOT_QUERY_KWARG] = (cache.queries, positions[:, 0] % cache.queries.shape[3])
+    if queries is not None:
+        extra[SLOT_QUERY_KWARG] = (queries, positions[:, 0] % queries.shape[3])
     if attention is not None:
         extra[SLOT_ATTENTION_KWARG] = attention
         if filled is not None:
@@ -159,11 +162,11 @@ class Step:
         return {1: "decode step (compile)", 2: "decode step (capture)", 3: "decode step (capture)"}.get(
             self.calls, "decode step (replay)")
 
-    def __call__(self, model, cache, tokens, positions, slots, filled=None) -> torch.Tensor:
+    def __call__(self, model, cache, tokens, positions, slots, filled=None, queries=None) -> torch.Tensor:
         self.calls += 1
         graphs = _graphs()
         try:
-            return self.fn(model, cache, tokens, positions, slots, self.attention, filled)
+            return self.fn(model, cache, tokens, positions, slots, self.attention, filled, queries)
         except Exception as exc:
             if not self.compiled or is_oom(exc):
                 raise

@@ -118,15 +118,18 @@ class TriAttention(DecodeMethod):
         return steps >= first and (steps - first) % self._period(prompt_len) == 0
 
     def tokens_held(self, prompt_len: int, steps: int) -> int:
+        """A compaction keeps ``min(held, cap)``: with a protected prompt and window above ``budget + interval`` the
+        cache compacts every step and keeps all until it reaches ``cap``."""
         first = self._first(prompt_len)
         if steps < first:
             return prompt_len + steps
-        return self.cap(prompt_len) + (steps - first) % self._period(prompt_len)
+        return min(prompt_len + steps, self.cap(prompt_len) + (steps - first) % self._period(prompt_len))
 
     def peak_tokens(self, prompt_len: int, steps: int) -> int:
         if steps < self._first(prompt_len):
             return prompt_len + steps
-        return max(prompt_len + self._first(prompt_len), self.cap(prompt_len) + self._period(prompt_len))
+        peak = max(prompt_len + self._first(prompt_len), self.cap(prompt_len) + self._period(prompt_len))
+        return min(prompt_len + steps, peak)
 
     def _points(self, prompt_len: int, steps: int) -> range:
         return range(self._first(prompt_len), steps + 1, self._period(prompt_len))
