@@ -46,6 +46,7 @@ from bench.config import WARM_STEPS, BenchConfig
 from bench.cpu_decode import KERNELS
 from bench.engine_rows import EngineRows
 from bench.floor import BandwidthProbe, floor_bytes, measure_matmul
+from bench.run_files import with_run_files
 from snapstream_core.engine.attention import resolve_attention
 from snapstream_core.engine.step import DecodeKernels, Step
 from snapstream_core.methods.decode_base import DecodeMethod
@@ -158,6 +159,7 @@ def prefill(model, prompts, case: Case, cfg: BenchConfig) -> Running:
     kv, _, tokens = kv_bytes(cache)
     static = None
     if on_engine(case, method):  # the engine's rows, one per sequence, prefilled by the engine (untimed here)
+        method = with_run_files(method, model, ids)  # e.g. TriAttention's calibration, read when its rows compact
         compiled = is_compiled(case.method)
         kern = kernels(cfg) if compiled else None
         step = compiled_step(model.device.type, cfg.compile_backend, kern) if compiled else None

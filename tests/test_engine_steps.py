@@ -107,3 +107,22 @@ def test_run_is_the_step_loop(tiny_model):
         eng.step()
         by_hand.update({(f.item.key, f.sample_idx): f.tokens for f in eng.harvest()})
     assert by_hand == by_run and len(by_run) == 6
+
+
+@pytest.mark.parametrize("name", [n for n, cls in METHODS.items() if issubclass(cls, DecodeMethod)])
+def test_the_bench_measures_a_decode_time_method_on_the_engine(name):
+    """``measure_group`` runs a decode-time method's eager and compiled cases on the engine (TriAttention with a
+    calibration the bench makes for its model): the same tokens, and the entries its rows hold are the method's."""
+    from bench.cases import Case, build_method
+    from bench.measure import measure_group
+    from bench.models import load
+    from tests.test_bench import CFG
+    from tests.test_bench import STEPS as BENCH_STEPS
+
+    model, bench_prompts = load(CFG, 256)
+    cases = [Case("sdpa", name, 160), Case("sdpa", name + "+compiled", 160)]
+    eager, compiled = measure_group(model, bench_prompts, cases, CFG, keep_tokens=True)
+    assert eager["status"] == compiled["status"] == "ok", (eager["status"], compiled["status"])
+    assert compiled["compiled"] and not eager["compiled"] and compiled["tokens"] == eager["tokens"]
+    held = build_method(name, CFG).tokens_held(160, BENCH_STEPS)
+    assert eager["kv_tokens_final"] == compiled["kv_tokens_final"] == held
