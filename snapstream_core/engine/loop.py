@@ -10,7 +10,10 @@ For each item the engine calls :func:`~snapstream_core.prefill.prefill_prompt` o
 the last logits) and queues the item's samples; a free row copies the item's compressed prefix, draws its first
 token from the prefill logits, and decodes. Every ``check_every`` steps the host reads the rows' ``done`` flags (set
 on the device: EOS or ``max_new_tokens``; stop strings are checked on the host then) and yields the samples that
-ended, whose rows take the next pending samples, of the same item or the next one.
+ended, whose rows take the next pending samples, of the same item or the next one. ``run`` is written on the step
+API, which a measurement drives one call at a time: :meth:`Engine.start`, :meth:`Engine.fill` (free rows take the
+next samples), :meth:`Engine.step` (one decode step, the due rows' compaction included), :meth:`Engine.harvest`
+(the host read).
 
 Sampling draws from counter-based noise keyed on (``seed``, item key, sample index, step) (:mod:`.noise`), so a
 sample's tokens do not depend on which rows, items or resumes surround it. Nothing between two host reads of the done
@@ -203,10 +206,10 @@ class Engine:
         filled = b.fill[:hi] if self.bounded else None
         start = time.perf_counter()
         try:
-            q = b.queries
+            q = b.queries  # the ring itself when every row runs (CUDA graphs keep its address)
             if self.row_block is None:
                 logits = self.step_fn(self.model, self.cache.view(hi, n), b.tok[:hi, None], b.positions()[:hi],
-                                      slots[:hi], filled, None if q is None else q[:, :hi])
+                                      slots[:hi], filled, q if q is None or hi == R else q[:, :hi])
             else:  # row r always at position r % row_block of a forward of 4..row_block rows (row_blocks.py)
                 parts = blocks(hi, R, self.row_block)
                 hi = parts[-1][1]
