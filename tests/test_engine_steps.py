@@ -126,3 +126,42 @@ def test_the_bench_measures_a_decode_time_method_on_the_engine(name):
     assert compiled["compiled"] and not eager["compiled"] and compiled["tokens"] == eager["tokens"]
     held = build_method(name, CFG).tokens_held(160, BENCH_STEPS)
     assert eager["kv_tokens_final"] == compiled["kv_tokens_final"] == held
+
+
+def test_a_compaction_hands_row_keys_and_attn_sum_to_the_method_and_moves_attn_sum_with_its_slots():
+    """``compact_rows`` gives each layer's view the rows' noise keys and accumulated attention; the due row's
+    ``attn_sum`` follows its kept slots (freed slots start at 0), the other row's is left as it was."""
+    from dataclasses import dataclass
+
+    from snapstream_core.engine.compact import compact_rows
+
+    seen = []
+
+    @dataclass(frozen=True)
+    class BySum(ss.SnapKVDecode):  # keeps the slots with the most accumulated attention
+        def compact_scores(self, view):
+            seen.append(view.row_keys.tolist())
+            return view.attn_sum
+
+    method = BySum(budget=6, interval=4, window=2)
+    L, R, H_kv, S, D = 2, 2, 2, 10, 4
+    g = torch.Generator().manual_seed(0)
+    keys = [torch.randn(R, H_kv, S, D, generator=g) for _ in range(L)]
+    values = [torch.randn(R, H_kv, S, D, generator=g) for _ in range(L)]
+    visible = torch.zeros(L, R, H_kv, S, dtype=torch.bool)
+    visible[..., :9] = True
+    pos = torch.arange(S).expand(L, R, H_kv, S).clone()
+    attn = torch.rand(L, R, H_kv, S, generator=g)
+    before = attn.clone()
+    due = torch.tensor([True, False])
+    kept = compact_rows(method, keys, values, visible, pos, None, torch.tensor([4, 4]), torch.tensor([8, 8]), due,
+                        D**-0.5, None, torch.tensor([11, 22]), attn)
+    assert seen == [[11, 22]] * L and kept.tolist() == [6, 9]
+    for layer in range(L):
+        for h in range(H_kv):
+            top = before[layer, 0, h, :7].topk(4).indices.sort().values  # 4 best of the 7 candidates, + window 2
+            moved = pos[layer, 0, h, :6]
+            assert sorted(moved[:4].tolist()) == top.tolist() and moved[4:].tolist() == [7, 8]
+            assert torch.equal(attn[layer, 0, h, :6], before[layer, 0, h, moved])
+            assert not attn[layer, 0, h, 6:].any()
+    assert torch.equal(attn[:, 1], before[:, 1])

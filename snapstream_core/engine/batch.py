@@ -64,15 +64,18 @@ class RowBatch:
         self.attn_sum: torch.Tensor | None = None
 
     def track_compaction(self, layers: int, kv_heads: int, heads: int, query_window: int, head_dim: int,
-                         dtype: torch.dtype) -> None:
-        """Allocate the arrays a compaction reads and moves (see the module docstring): ``pos``, and the query ring
-        of ``query_window`` queries when it is > 0."""
+                         dtype: torch.dtype, attn_sum: bool = False) -> None:
+        """Allocate the arrays a compaction reads and moves (see the module docstring): ``pos``, the query ring of
+        ``query_window`` queries when it is > 0, and ``attn_sum`` when asked (a method that accumulates attention
+        per slot; zeroed when a row takes a sample, moved with its slot by a compaction)."""
         dev = self.eos.device
         self.pos = torch.zeros(layers, self.rows, kv_heads, self.slots, dtype=torch.long, device=dev)
         if query_window:
             self.queries = torch.zeros(layers, self.rows, heads, query_window, head_dim, dtype=dtype, device=dev)
+        if attn_sum:
+            self.attn_sum = torch.zeros(layers, self.rows, kv_heads, self.slots, dtype=torch.float32, device=dev)
         if dev.type == "cuda":
-            for t in (self.pos, self.pos0, self.queries):
+            for t in (self.pos, self.pos0, self.queries, self.attn_sum):
                 if t is not None:
                     torch._dynamo.mark_static_address(t)  # mutated in place by the graphs
 
