@@ -119,8 +119,10 @@ class RowBatch:
                 q = tail.shape[2]
                 idx = (torch.arange(prompt_len - q, prompt_len, device=self.pos.device)) % self.queries.shape[3]
                 self.queries[i, row].index_copy_(1, idx, tail[0].to(self.queries.dtype))
-        if self.attn_sum is not None:
-            self.attn_sum[:, row] = 0
+            if self.attn_sum is not None:  # the kept prompt tokens' attention, summed over the prompt's queries
+                prompt = layer.prompt_attention[0]  # (H_kv, T) float32 (the prefill keeps it when the method asks)
+                self.attn_sum[i, row] = 0
+                self.attn_sum[i, row, :, :n] = prompt.gather(-1, seed.expand(prompt.shape[0], n))
 
     def due(self, busy: list[int], method) -> list[int]:
         """The busy rows whose last step makes them compact (``method.compacts`` of each row's prompt length and

@@ -136,5 +136,5 @@ def compactor_for(method, cache, batch, model, compile: bool, backend: str, time
     L, _, H_kv, _ = cache.visible.shape
     D = cache.keys[0].shape[-1]
     H = model.config.get_text_config().num_attention_heads
-    batch.track_compaction(L, H_kv, H, method.query_window, D, cache.keys[0].dtype)
+    batch.track_compaction(L, H_kv, H, method.query_window, D, cache.keys[0].dtype, method.accumulates_attention)
     return Compactor(method, model, D, cache.visible.device, compile, backend, timed)

@@ -206,10 +206,11 @@ class Engine:
         filled = b.fill[:hi] if self.bounded else None
         start = time.perf_counter()
         try:
-            q = b.queries  # the ring itself when every row runs (CUDA graphs keep its address)
+            q, a = b.queries, b.attn_sum  # themselves when every row runs (CUDA graphs keep their addresses)
             if self.row_block is None:
                 logits = self.step_fn(self.model, self.cache.view(hi, n), b.tok[:hi, None], b.positions()[:hi],
-                                      slots[:hi], filled, q if q is None or hi == R else q[:, :hi])
+                                      slots[:hi], filled, q if q is None or hi == R else q[:, :hi],
+                                      a if a is None or (hi == R and n == S) else a[:, :hi, :, :n])
             else:  # row r always at position r % row_block of a forward of 4..row_block rows (row_blocks.py)
                 parts = blocks(hi, R, self.row_block)
                 hi = parts[-1][1]
@@ -217,7 +218,8 @@ class Engine:
                 logits = torch.cat([self.step_fn(self.model, self.cache.view(end, n, lo), b.tok[lo:end, None],
                                                  pos[lo:end], slots[lo:end],
                                                  None if filled is None else filled[lo:end],
-                                                 None if q is None else q[:, lo:end])
+                                                 None if q is None else q[:, lo:end],
+                                                 None if a is None else a[:, lo:end, :, :n])
                                    for lo, end in parts])
         except Exception as exc:
             if is_oom(exc):

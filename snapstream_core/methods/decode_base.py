@@ -79,6 +79,9 @@ class DecodeMethod(CompressionMethod):
     A subclass sets ``method``, :attr:`query_window` and writes :meth:`compact_scores`."""
 
     method: ClassVar[str] = "decode_base"
+    # Whether the engine keeps each slot's accumulated attention for it (CompactView.attn_sum: a running sum the
+    # decode step adds to, seeded from the prompt's attention at prefill; ``h2o``).
+    accumulates_attention: ClassVar[bool] = False
     budget_cap: ClassVar[str] = "cache"
     budget_knob: ClassVar[str] = "budget"
     budget: int = 512
@@ -329,10 +332,11 @@ def candidate_rank(method: DecodeMethod, scores: torch.Tensor, held: torch.Tenso
     return rank
 
 
-def prefill_selection(method: DecodeMethod, view: PrefillView) -> Selection:
+def prefill_selection(method: DecodeMethod, view: PrefillView, attn_sum: torch.Tensor | None = None) -> Selection:
     """The prompt cut at prefill (``T >= budget``, batch 1 as the engine prefills): :func:`compact_order` over the
     prompt, scored with its last ``query_window`` post-RoPE queries (R-KV seeds its ``query_cache`` with them and
-    runs ``update_kv`` on the prompt). ``scores``: minus each token's place in the kept order."""
+    runs ``update_kv`` on the prompt) and ``attn_sum`` (B, H_kv, T), the prompt's accumulated attention (H2O).
+    ``scores``: minus each token's place in the kept order."""
     import torch
 
     B, H_kv, T, _ = view.keys.shape
@@ -344,7 +348,7 @@ def prefill_selection(method: DecodeMethod, view: PrefillView) -> Selection:
     cv = CompactView(
         keys=view.keys, values=None, positions=positions, valid=torch.ones_like(positions, dtype=torch.bool),
         held=held, prompt_len=held, queries=view.query[:, :, -Q:] if Q else None, scaling=view.scaling,
-        inv_freq=None, layer_idx=-1,
+        inv_freq=None, layer_idx=-1, attn_sum=attn_sum,
     )
     order, _ = compact_order(method, cv)
     place = torch.empty_like(order).scatter_(-1, order, torch.arange(T, device=order.device).expand_as(order))
