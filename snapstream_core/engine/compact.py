@@ -8,8 +8,6 @@ step) are the rows' own state (:class:`~snapstream_core.engine.batch.RowBatch`).
 
 from __future__ import annotations
 
-import time
-
 import torch
 
 from snapstream_core.engine.step import EngineError, is_oom, one_line
@@ -70,11 +68,9 @@ class Compactor:
     decode step is), applied to the rows' K/V (:class:`~.rows.RowCache`) and their per-row state
     (:class:`~.batch.RowBatch`, whose host counts say which rows are due: no device read).
 
-    ``calls``: compactions run; ``seconds``: their wall time, measured (the device synchronised around each call)
-    only when ``timed`` (a measurement's choice: a run does not wait on the device there)."""
+    ``calls``: compactions run (the engine times them: ``EngineStats.compaction_s``)."""
 
-    def __init__(self, method: DecodeMethod, model, head_dim: int, device: torch.device, compile: bool, backend: str,
-                 timed: bool = False):
+    def __init__(self, method: DecodeMethod, model, head_dim: int, device: torch.device, compile: bool, backend: str):
         from snapstream_core.rope import rope_inv_freq
 
         self.method = method
@@ -84,8 +80,6 @@ class Compactor:
         if self.inv_freq is not None:
             self.inv_freq = self.inv_freq.to(device)
         self.calls = 0
-        self.seconds = 0.0
-        self.timed = timed
         self.compiled = compile
         fn = compact_rows
         if compile:
@@ -107,10 +101,6 @@ class Compactor:
         mask[due] = True
         mask = mask.to(batch.pos.device, non_blocking=True)
         self.calls += 1
-        sync = self.timed and batch.pos.is_cuda
-        if sync:
-            torch.cuda.synchronize()
-        start = time.perf_counter()
         try:
             self.fn(self.method, cache.keys, cache.values, cache.visible, batch.pos, batch.queries, batch.pos0,
                     batch.now(), mask, self.scaling, self.inv_freq, batch.keys, batch.attn_sum)
@@ -119,16 +109,12 @@ class Compactor:
                 raise
             raise EngineError(f"gen.compile: {self.stage()} failed ({one_line(exc)}); "
                               "run with gen.compile=false to decode eager") from exc
-        if self.timed:
-            if sync:
-                torch.cuda.synchronize()
-            self.seconds += time.perf_counter() - start
         held = {r: self.method.tokens_held(batch.host[r].prompt_len, batch.host[r].steps) for r in due}
         batch.compacted(held, self.method.interval)
         return held
 
 
-def compactor_for(method, cache, batch, model, compile: bool, backend: str, timed: bool = False) -> Compactor | None:
+def compactor_for(method, cache, batch, model, compile: bool, backend: str) -> Compactor | None:
     """The engine's compactor for a decode-time method, its arrays allocated in ``batch`` (None for the other
     methods, whose rows never compact)."""
     if not isinstance(method, DecodeMethod):
@@ -137,4 +123,4 @@ def compactor_for(method, cache, batch, model, compile: bool, backend: str, time
     D = cache.keys[0].shape[-1]
     H = model.config.get_text_config().num_attention_heads
     batch.track_compaction(L, H_kv, H, method.query_window, D, cache.keys[0].dtype, method.accumulates_attention)
-    return Compactor(method, model, D, cache.visible.device, compile, backend, timed)
+    return Compactor(method, model, D, cache.visible.device, compile, backend)

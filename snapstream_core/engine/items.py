@@ -51,8 +51,8 @@ class EngineStats:
     (``slots_read / slots_held``; with FlexAttention's per-row bound, summed on the device from each row's read
     blocks and added at the host reads), and ``blocks``: (steps, seconds) of each run of decode steps between two
     host reads, the read included (the first ones hold the compile and the recording); ``compactions``: the
-    decode-time methods' compaction calls, and ``compaction_s`` their wall time when the engine times them
-    (``Engine(time_compactions=True)``: the device synchronised around each call; else 0)."""
+    decode-time methods' compaction calls, and ``compaction_s`` their device time (CUDA events read at the host
+    reads, no extra wait; the wall clock on the CPU)."""
 
     counts: StepCounts = field(default_factory=StepCounts)
     compiled: bool = False
@@ -66,8 +66,8 @@ class EngineStats:
     blocks: list[tuple[int, float]] = field(default_factory=list)
     prefilled: int = 0  # prompt tokens prefilled so far
     decoded: int = 0  # tokens decoded so far: the busy rows of every step (a sample's tokens after its end included)
-    compactions: int = 0
-    compaction_s: float = 0.0
+    compactions: int = 0  # compaction calls (decode-time methods)
+    compaction_s: float = 0.0  # their device time (CUDA events, read at host reads; wall clock on the CPU)
 
     @property
     def read_share(self) -> float:

@@ -53,6 +53,7 @@ from snapstream_core.engine.row_blocks import MIN_CPU_ROWS, blocks, held_rows, r
 from snapstream_core.engine.rows import RowCache
 from snapstream_core.engine.scheduler import Scheduler, Ticket
 from snapstream_core.engine.step import DecodeKernels, EngineError, Step, is_oom, memory_line
+from snapstream_core.engine.timer import DeviceTimer
 from snapstream_core.generate import cut_at_eos, stop_cut
 from snapstream_core.memory import READ_BLOCK
 from snapstream_core.methods.base import CompressionMethod
@@ -83,8 +84,7 @@ class Engine:
         ``row_blocks``: False runs every step as one forward over exactly ``rows`` rows, even below
         ``MIN_CPU_ROWS`` (a measurement of a batch of ``rows``; a sample's CPU bits may then depend on its
         neighbours); ``step``: a :class:`~.step.Step` to decode with, shared with other engines (its compiled graphs
-        with it; None: the engine's own); ``time_compactions``: time each compaction into ``stats.compaction_s``
-        (the device synchronised around it).
+        with it; None: the engine's own).
 
     The step API: :meth:`start` a run, then :meth:`fill` (free rows take the next samples, prefilled as needed),
     :meth:`step` (one decode step of the busy rows, their compaction included; no host read) and :meth:`harvest`
@@ -112,7 +112,6 @@ class Engine:
         step_context: Callable[[], AbstractContextManager] | None = None,
         row_blocks: bool = True,
         step: Step | None = None,
-        time_compactions: bool = False,
     ):
         if method.positions == "in_cache":
             raise ValueError("gen.rows: the engine does not support compression.positions=in_cache")
@@ -146,7 +145,7 @@ class Engine:
         self.cache: RowCache | None = None
         self.batch: RowBatch | None = None
         self.compactor: Compactor | None = None
-        self.time_compactions = time_compactions
+        self._compaction_timer = DeviceTimer(self.device)
         self.queue: RunQueue | None = None  # the run under way (start)
         self.on_progress: Callable[[int, int], None] | None = None
 
@@ -167,7 +166,7 @@ class Engine:
         self.stats.kv_allocations += 1
         self.batch = RowBatch(self.held_rows, slots, width, self.eos_t, self.sampling)
         self.compactor = compactor_for(self.method, self.cache, self.batch, self.model, self.stats.compiled,
-                                       self.compile_backend, self.time_compactions)
+                                       self.compile_backend)
 
     def _oom(self, stage: str, exc: BaseException) -> EngineError:
         held = 0 if self.cache is None else self.cache.nbytes_per_row() * self.cache.rows
@@ -248,13 +247,16 @@ class Engine:
     def _compact(self, busy: list[int]) -> None:
         """Compact the rows this step made due (:class:`~.compact.Compactor`: the rows' K/V and their per-row state,
         slot schedule included)."""
+        calls = self.compactor.calls
+        self._compaction_timer.start()
         try:
             self.compactor(self.cache, self.batch, busy)
         except Exception as exc:
             if is_oom(exc):
                 raise self._oom(self.compactor.stage(), exc) from exc
             raise
-        self.stats.compactions, self.stats.compaction_s = self.compactor.calls, self.compactor.seconds
+        self._compaction_timer.stop(keep=self.compactor.calls > calls)
+        self.stats.compactions += self.compactor.calls - calls
 
     # ------------------------------------------------------------------ host side
     def _stop_hit(self, seq: list[int], stop: tuple[str, ...]) -> bool:
@@ -308,6 +310,7 @@ class Engine:
         if self.bounded and self.batch is not None:
             self.stats.slots_read += int(self.batch.reads)
             self.batch.reads.zero_()
+        self.stats.compaction_s += self._compaction_timer.collect()
 
     def _kv_figures(self, prefix_kv: dict[str, int], item: EngineItem, ticket: Ticket,
                     n_tokens: int) -> dict[str, int]:
