@@ -95,7 +95,7 @@ gpu-check: ## on a CUDA GPU, with any Python that has torch + transformers (PYTH
 COMPAT_VENV := .venv-compat
 COMPAT_TESTS := tests/test_core_generate.py tests/test_engine.py tests/test_selection.py tests/test_prefill.py \
   tests/test_prefill_memory.py tests/test_memory_model.py tests/test_plan.py tests/test_plan_shape.py tests/test_gpu_check.py \
-  tests/test_engine_settings.py
+  tests/test_gpu_agreement.py tests/test_engine_settings.py
 
 $(COMPAT_VENV)/.installed: constraints-compat.txt
 	test -x $(COMPAT_VENV)/bin/python || $(PYTHON) -m venv $(COMPAT_VENV)
@@ -105,11 +105,11 @@ $(COMPAT_VENV)/.installed: constraints-compat.txt
 	$(COMPAT_VENV)/bin/python -m pip check
 	touch $@
 
-test-compat: $(COMPAT_VENV)/.installed ## core, engine, prefill, planner tests + gpu_check --tiny on transformers 5.17 / hub 1.33 (no datasets, lm-eval; gpu_check also without hydra, omegaconf)
+test-compat: $(COMPAT_VENV)/.installed ## core, engine, prefill, planner tests + gpu_check --tiny --strict (fails on a stage skipped, stopped or failed) on transformers 5.17 / hub 1.33 (no datasets, lm-eval; gpu_check also without hydra, omegaconf)
 	$(COMPAT_VENV)/bin/python -c "import transformers, huggingface_hub; print('transformers', transformers.__version__, '| huggingface_hub', huggingface_hub.__version__)"
 	$(COMPAT_VENV)/bin/python -m pytest -q -m "not slow" -k "not smollm2" $(COMPAT_TESTS) $(ARGS)
 	$(COMPAT_VENV)/bin/python -m bench.without hydra,omegaconf,datasets,lm_eval -m bench.gpu_check --tiny \
-	  --out results/gpu_check_compat
+	  --strict --out results/gpu_check_compat
 
 KVPRESS_VENV := .venv-kvpress
 KVPRESS_STAMP := $(KVPRESS_VENV)/.installed

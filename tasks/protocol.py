@@ -58,6 +58,12 @@ OPTIONAL_HOOKS: dict[str, str] = {
                    "of a completion. Without it: tasks.base.split_thinking (the text after the last </think>).",
     "followup": "followup(item, completion, model_cfg, *, cfg, tokenizer) -> (prompt, max_new_tokens) | None: a "
                 "second generation call (LongBench-v2 CoT); only backends with supports_followup run it.",
+    "followup_bound": "followup_bound(prompt_tokens, max_new_tokens, model_cfg, *, cfg, tokenizer=None) -> "
+                      "(prompt_tokens, max_new_tokens) | None: the most tokens a second call's prompt can have, and "
+                      "its new tokens, after a first call of at most prompt_tokens prompt and max_new_tokens new "
+                      "tokens (None: no second call); a pure function, tokenizer counting the task's own template "
+                      "text (None: a bound without it). The planner and the decode rows are sized with it once per "
+                      "run (call_extent). Required with followup.",
     "grading_setup": "grading_setup(cfg) -> dict: what decides a verdict besides the task's code (LiveCodeBench: the "
                      "resolved sandbox mode and interpreter), in the grading identity (evals.execute.code_identity) "
                      "and the sample cache's key. Without it: {}.",
@@ -104,6 +110,19 @@ def score_all(task: Any, pairs: Iterable[tuple[Any, str]], cfg: Any) -> list[dic
     if many is not None:
         return many(list(pairs), cfg=cfg)
     return [task.score(item, text, cfg=cfg) for item, text in pairs]
+
+
+def call_extent(task: Any, prompt_tokens: int, max_new_tokens: int, model_cfg: Any, cfg: Any,
+                tokenizer: Any = None) -> tuple[int, int]:
+    """``(prompt tokens, new tokens)`` that every generation call of a run may reach when its first calls have
+    prompts of at most ``prompt_tokens`` tokens and ``max_new_tokens`` new tokens: those, or the task's
+    ``followup_bound`` when its second call can be longer or wider. The planner's memory and the decode rows are
+    sized with this one function, so the rows allocated once hold the second calls too."""
+    bound = hook(task, "followup_bound")
+    second = None if bound is None else bound(prompt_tokens, max_new_tokens, model_cfg, cfg=cfg, tokenizer=tokenizer)
+    if second is None:
+        return prompt_tokens, max_new_tokens
+    return max(prompt_tokens, int(second[0])), max(max_new_tokens, int(second[1]))
 
 
 def answer_part(task: Any, completion: str, thinking: bool, cfg: Any = None) -> tuple[str, bool]:

@@ -14,7 +14,8 @@ from tasks.protocol import OPTIONAL_HOOKS, Task, hook, score_all
 from tasks.source import apply_limit, local_file
 
 # the keyword-only parameters each optional hook must accept, as the runner calls it
-HOOK_KWARGS = {"score_many": {"cfg"}, "answer_part": {"cfg"}, "followup": {"cfg", "tokenizer"}}
+HOOK_KWARGS = {"score_many": {"cfg"}, "answer_part": {"cfg"}, "followup": {"cfg", "tokenizer"},
+               "followup_bound": {"cfg", "tokenizer"}}
 
 
 @pytest.mark.parametrize("name", sorted(TASKS))
@@ -29,6 +30,8 @@ def test_every_registered_task_satisfies_the_protocol(name):
         if fn is not None:
             params = inspect.signature(fn).parameters
             assert kwargs <= set(params), f"{name}.{hook_name} lacks {kwargs - set(params)}"
+    # a second call comes with its bound: the rows are sized once for the run (tasks.protocol.call_extent)
+    assert (hook(task, "followup") is None) == (hook(task, "followup_bound") is None), name
     metric = hook(task, "PRIMARY_METRIC")
     assert metric is None or isinstance(metric, str)
 

@@ -58,6 +58,9 @@ class CachingBackend(Backend):
     def samples_for(self, item_id: str, n: int) -> list[int]:
         return self.inner.samples_for(item_id, n)
 
+    def reserve(self, prompt_tokens: int, max_new_tokens: int) -> None:
+        self.inner.reserve(prompt_tokens, max_new_tokens)
+
     def prompt_tokens(self, prompt: Prompt) -> int | None:
         return self.inner.prompt_tokens(prompt)
 

@@ -12,7 +12,7 @@ from types import ModuleType
 from typing import Any
 
 from evals.config.gpus import physical_device
-from evals.config.models import resolved_device, weights_identity
+from evals.config.models import load_tokenizer, resolved_device, weights_identity
 from evals.config.spec import RunSpec
 from evals.execute.backends import backend_class
 from evals.execute.cache_place import local_roots, place
@@ -25,6 +25,7 @@ from evals.record.filesystem import MOUNTINFO, read_mountinfo
 from snapstream_core.memory import device_usable_bytes
 from snapstream_core.methods.base import CompressionMethod
 from snapstream_core.sampling import SamplingConfig
+from tasks.protocol import hook
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +137,16 @@ def _decode_rows(spec: RunSpec, planned: int | None) -> int:
     return planned if planned is not None else rows_without_planner(spec.gen.rows_request)
 
 
+def _second_call_tokenizer(spec: RunSpec) -> Any:
+    """The run's tokenizer when the task makes a second call in this configuration (LongBench-v2 CoT: the planner
+    sizes the job at the task's bound on that call, which counts the task's template with it), else None (nothing
+    loaded)."""
+    bound = hook(spec.task_module, "followup_bound")
+    if bound is None or bound(1, 1, spec.model, cfg=spec.task) is None:
+        return None
+    return load_tokenizer(spec.model)
+
+
 def planned_rows(spec: RunSpec, device: str, measure: Callable[[], tuple[list[int], int]] | None = None
                  ) -> tuple[int | None, int | None]:
     """On CUDA, before any weights load: refuse (one line naming the job and its need) a job whose peak does not fit
@@ -146,13 +157,15 @@ def planned_rows(spec: RunSpec, device: str, measure: Callable[[], tuple[list[in
     :func:`evals.plan.job.rows_without_planner`."""
     if not str(device).startswith("cuda"):
         return None, None
+    tokenizer = _second_call_tokenizer(spec)
     if not spec.task.get("plan") and measure is not None:
         lengths, new = measure()
-        job = job_from_spec(spec, plan_block=plan_block(lengths), max_new_tokens=max(spec.gen.max_new_tokens, new))
+        job = job_from_spec(spec, plan_block=plan_block(lengths), max_new_tokens=max(spec.gen.max_new_tokens, new),
+                            tokenizer=tokenizer)
         log.info("planner: task %s has no plan block: planned from its %d items' prompts (longest %d tokens)",
                  spec.task.name, len(lengths), max(lengths))
     else:
-        job = job_from_spec(spec)
+        job = job_from_spec(spec, tokenizer=tokenizer)
     import torch  # lazy: the runner on CUDA has torch loaded; planning a run elsewhere needs none
 
     usable = device_usable_bytes(device) if torch.cuda.is_available() else None

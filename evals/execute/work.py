@@ -11,7 +11,7 @@ from evals.execute.backends.prompts import PromptStore
 from evals.execute.expected import Work as ExpectedWork
 from evals.execute.prepare import RunPlan
 from tasks.base import Prompt
-from tasks.protocol import answer_part, hook, score_all
+from tasks.protocol import answer_part, call_extent, hook, score_all
 
 COUNTED = 64  # prompts tokenized for the cost line (the rest counted at their mean)
 
@@ -70,7 +70,10 @@ def produce(p: RunPlan, backend: Backend, work: list[Work], prompts: PromptStore
             ) -> Iterator[list[tuple[Request, Sample]]]:
     """Finished samples as ``(request, sample)`` lists: streamed as they end from a backend that can (requests are
     built lazily, so the prompts of items not reached yet are not rendered), else one ``generate`` per chunk of
-    ``gen.batch_size`` requests. Tasks with a second call (``followup``) run it on each chunk's samples."""
+    ``gen.batch_size`` requests. Tasks with a second call (``followup``) go chunk by chunk (on a streaming backend
+    with decode rows, chunks of at least as many items as rows, so that the rows are busy): every first prompt is
+    rendered up front, the backend's rows are sized once for the run, second calls included (:func:`reserve`), and
+    each chunk's second calls run as one ``generate``."""
     followup = hook(p.task, "followup") is not None and backend.supports_followup
 
     def requests(chunk: Iterable[Work]) -> Iterator[Request]:
@@ -79,12 +82,34 @@ def produce(p: RunPlan, backend: Backend, work: list[Work], prompts: PromptStore
     if backend.streams and not followup:
         yield from backend.stream(requests(work))
         return
-    for chunk in batches(work, backend.batch_size or p.batch_size):
-        reqs = list(requests(chunk))
+    size = backend.batch_size or p.batch_size
+    if backend.streams and p.decode_rows:  # gen.batch_size is for backends that do not stream: fill the rows
+        size = max(size, p.decode_rows)
+    chunks: Iterable[list[Request]] = (list(requests(c)) for c in batches(work, size))
+    if followup:
+        chunks = list(chunks)
+        reserve(p, backend, [req for reqs in chunks for req in reqs])
+    for reqs in chunks:
         outputs = backend.generate(reqs)
         if followup:
             followups(p, backend, reqs, outputs)
         yield [(req, s) for req, samples in zip(reqs, outputs) for s in samples]
+
+
+def reserve(p: RunPlan, backend: Backend, requests: list[Request]) -> tuple[int, int] | None:
+    """Tell ``backend`` the most prompt and new tokens any call of the run will have: the first calls' longest
+    prompt and widest request, through the task's bound on its second calls (:func:`tasks.protocol.call_extent`,
+    the function the planner sizes the job's memory with). Returns the bound; None for a backend that holds no
+    rows of ours (``backend=vllm`` sizes its own; replay) and so is not asked."""
+    if not requests or not p.spec.backend.engine or not backend.needs_prompts:
+        return None
+    lengths = [backend.prompt_tokens(req.prompt) for req in requests]
+    if any(n is None for n in lengths):
+        return None
+    new = max(req.new_tokens(p.sampling.max_new_tokens) for req in requests)
+    bound = call_extent(p.task, max(lengths), new, p.spec.model, p.spec.task, backend.tokenizer)
+    backend.reserve(*bound)
+    return bound
 
 
 def score(p: RunPlan, ended: list[tuple[Request, Sample]]) -> list[Outcome]:
@@ -96,8 +121,10 @@ def score(p: RunPlan, ended: list[tuple[Request, Sample]]) -> list[Outcome]:
 
 
 def followups(p: RunPlan, backend: Backend, requests: list[Request], outputs: list[list]) -> None:
-    """Second calls of multi-call protocols (LongBench-v2 CoT): each sample's answer call replaces its completion;
-    the stages are kept under ``completions``, ``gen_tokens`` counts both calls, ``prompt_tokens`` is the first's."""
+    """Second calls of multi-call protocols (LongBench-v2 CoT), all of a chunk in one ``generate``: each sample's
+    answer call replaces its completion; the stages are kept under ``completions``, ``gen_tokens`` counts both
+    calls, ``prompt_tokens`` is the first's."""
+    calls: list[tuple[Sample, Request]] = []
     for req, samples in zip(requests, outputs):
         for s in samples:
             nxt = p.task.followup(req.item, s.completion, p.spec.model, cfg=p.spec.task, tokenizer=backend.tokenizer)
@@ -105,12 +132,16 @@ def followups(p: RunPlan, backend: Backend, requests: list[Request], outputs: li
                 continue
             prompt, max_new = nxt
             prompt = prompt if isinstance(prompt, Prompt) else Prompt(prompt)
-            (second,) = backend.generate([Request(req.item, prompt, (s.sample_idx,), max_new_tokens=max_new)])[0]
-            s.stages = [s.completion, second.completion]
-            s.completion = second.completion
-            s.gen_tokens = (s.gen_tokens or 0) + (second.gen_tokens or 0)
-            s.finish_reason = second.finish_reason
-            s.latency_s = (s.latency_s or 0) + (second.latency_s or 0)
+            calls.append((s, Request(req.item, prompt, (s.sample_idx,), max_new_tokens=max_new)))
+    if not calls:
+        return
+    answers = backend.generate([second for _, second in calls])
+    for (s, _), (second,) in zip(calls, answers):
+        s.stages = [s.completion, second.completion]
+        s.completion = second.completion
+        s.gen_tokens = (s.gen_tokens or 0) + (second.gen_tokens or 0)
+        s.finish_reason = second.finish_reason
+        s.latency_s = (s.latency_s or 0) + (second.latency_s or 0)
 
 
 def batches(work: list[Work], size: int) -> Iterator[list[Work]]:

@@ -20,6 +20,7 @@ from snapstream_core.memory import (
 )
 from snapstream_core.memory import max_rows as model_max_rows
 from snapstream_core.methods.base import CompressionMethod
+from tasks.protocol import call_extent
 
 if TYPE_CHECKING:  # the spec module reads OmegaConf; the planner imports without it
     from evals.config.spec import RunSpec
@@ -40,9 +41,9 @@ class Job:
     compression_tag: str
     n_items: int
     n_samples: int
-    max_new_tokens: int
+    max_new_tokens: int  # of the widest call (a second call's included)
     prompt_groups: tuple[tuple[float, int], ...]  # (share of the items, mean prompt tokens), after the cut
-    max_prompt_tokens: int  # the longest prompt, after the cut
+    max_prompt_tokens: int  # the longest prompt, after the cut (a second call's bound included: call_extent)
     gen_fraction: float  # mean generated tokens / max_new_tokens
     shape: ModelShape
     kept: int  # prompt tokens a compressed layer keeps (of the longest prompt)
@@ -89,15 +90,22 @@ def _geometry(method, T: int, G: int) -> dict[str, int]:
 
 
 def job_from_spec(spec: RunSpec, max_prompt_tokens: int | None = None, *, plan_block: Mapping[str, Any] | None = None,
-                  max_new_tokens: int | None = None) -> Job:
+                  max_new_tokens: int | None = None, tokenizer: Any = None) -> Job:
     """The job of one checked run, with the spec's method. ``max_prompt_tokens``: the longest prompt when known
     (the runner, from its items); else the task's ``plan`` block gives it. ``plan_block`` (with ``max_new_tokens``):
-    a block measured from the items, for a task without one."""
+    a block measured from the items, for a task without one. A task with a second call (LongBench-v2 CoT) is
+    planned at its bound on that call (:func:`tasks.protocol.call_extent`, the bound the runner sizes the decode
+    rows with; ``tokenizer`` counts the task's template, None: a bound without it)."""
     task = spec.resolved["task"] if plan_block is None else {**spec.resolved["task"], "plan": dict(plan_block)}
-    return job_of(spec.resolved["model"], task, spec.method, tag=spec.compression_tag,
-                  max_new_tokens=spec.gen.max_new_tokens if max_new_tokens is None else max_new_tokens,
-                  n_samples=spec.gen.n_samples, rows_request=spec.gen.rows_request, memory_gib=spec.memory_gib,
-                  run_dir=spec.run_dir, out_root=spec.out_root, max_prompt_tokens=max_prompt_tokens)
+    job = job_of(spec.resolved["model"], task, spec.method, tag=spec.compression_tag,
+                 max_new_tokens=spec.gen.max_new_tokens if max_new_tokens is None else max_new_tokens,
+                 n_samples=spec.gen.n_samples, rows_request=spec.gen.rows_request, memory_gib=spec.memory_gib,
+                 run_dir=spec.run_dir, out_root=spec.out_root, max_prompt_tokens=max_prompt_tokens)
+    T, G = call_extent(spec.task_module, job.max_prompt_tokens, job.max_new_tokens, spec.resolved["model"], task,
+                       tokenizer)
+    if (T, G) == (job.max_prompt_tokens, job.max_new_tokens):
+        return job
+    return with_prompt(replace(job, max_new_tokens=G), T)
 
 
 def job_of(model: Mapping[str, Any], task: Mapping[str, Any], method: CompressionMethod, *, tag: str,

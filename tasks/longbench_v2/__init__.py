@@ -11,11 +11,11 @@ official protocol of ``pred.py``/``result.py``: 503 four-choice questions over c
 
 from tasks.longbench_v2.data import Item, load, validate
 from tasks.longbench_v2.grader import extract_answer, score
-from tasks.longbench_v2.prompts import PROMPT_FILES, followup, prompt
+from tasks.longbench_v2.prompts import PROMPT_FILES, followup, followup_bound, prompt
 from tasks.longbench_v2.protocols import PROTOCOLS, answer_part, protocol_name
 from tasks.longbench_v2.summary import item_terms, summarize
 
 PRIMARY_METRIC = "accuracy"
 
 __all__ = ["PRIMARY_METRIC", "PROMPT_FILES", "PROTOCOLS", "Item", "answer_part", "extract_answer", "followup",
-           "item_terms", "load", "prompt", "protocol_name", "score", "summarize", "validate"]
+           "followup_bound", "item_terms", "load", "prompt", "protocol_name", "score", "summarize", "validate"]

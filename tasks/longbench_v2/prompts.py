@@ -116,8 +116,32 @@ def followup(item: Item, completion: str, model_cfg: Any, *, cfg: Any = None,
         return None
     cot = completion.strip()
     text = fill(template(COT_ANSWER), item, cot=cot)
-    answer_tokens = cfg.get("answer_tokens") or 128
-    return _as_prompt(text, model_cfg, cfg, tokenizer), answer_tokens
+    return _as_prompt(text, model_cfg, cfg, tokenizer), _answer_tokens(cfg)
+
+
+def followup_bound(prompt_tokens: int, max_new_tokens: int, model_cfg: Any, *, cfg: Any = None,
+                   tokenizer: Tokenizer | None = None) -> tuple[int, int] | None:
+    """``(prompt tokens, new tokens)`` the CoT answer call can reach after a first call of at most ``prompt_tokens``
+    prompt tokens (chat template included) and ``max_new_tokens`` new tokens; None without a second call.
+
+    The bound is ``prompt_tokens + max_new_tokens + `` the answer template's tokens (``0shot_cot_ans.txt`` as
+    stored, placeholders included, counted with ``tokenizer``; without one, its UTF-8 bytes, which no byte-level
+    tokenizer's count exceeds). Why it holds: the answer call is that template with the question and choices (the
+    first prompt holds them too, around the document), the stripped CoT (at most ``max_new_tokens`` tokens) and the
+    same chat template; both calls are cut to ``max_len`` the same way. Text decoded and encoded again can in rare
+    cases count a few more tokens than it was generated as: the placeholders counted here, and the first template's
+    own text, leave that slack, and a second call past the bound is refused by the decode rows in one line rather
+    than allocated again. The new tokens are ``task.answer_tokens``."""
+    if not _cot_mode(model_cfg, cfg):
+        return None
+    text = template(COT_ANSWER)
+    extra = len(tokenizer.encode(text)) if tokenizer is not None else len(text.encode("utf-8"))
+    return int(prompt_tokens) + int(max_new_tokens) + extra, _answer_tokens(cfg)
+
+
+def _answer_tokens(cfg: Any) -> int:
+    """New tokens of the CoT answer call: ``task.answer_tokens`` (128 officially)."""
+    return (cfg.get("answer_tokens") if cfg is not None else None) or 128
 
 
 def _cot_mode(model_cfg: Any, cfg: Any) -> bool:

@@ -18,8 +18,13 @@ class Request:
     item: Any
     prompt: Prompt | None
     sample_idx: tuple[int, ...]
-    max_new_tokens: int | None = None  # None: the run's gen.max_new_tokens
+    max_new_tokens: int | None = None  # None: the prompt's own (a task's protocol), else the run's gen.max_new_tokens
     prompt_hash: str | None = None  # the prompt's record in prompts.jsonl.gz
+
+    def new_tokens(self, run_max_new_tokens: int) -> int:
+        """The request's ``max_new_tokens``: its own, else its prompt's (``Prompt.gen``), else the run's."""
+        own = ((self.prompt.gen or {}) if self.prompt is not None else {}).get("max_new_tokens")
+        return self.max_new_tokens or own or run_max_new_tokens
 
 
 @dataclass
@@ -84,6 +89,11 @@ class Backend(ABC):
         for req in requests:
             (samples,) = self.generate([req])
             yield [(req, s) for s in samples]
+
+    def reserve(self, prompt_tokens: int, max_new_tokens: int) -> None:
+        """Before the first request: every request of the run has a prompt of at most ``prompt_tokens`` tokens and
+        at most ``max_new_tokens`` new tokens (its second calls included), so a backend that holds decode rows
+        sizes them once; a request past either is refused in one line. By default nothing."""
 
     def samples_for(self, item_id: str, n: int) -> list[int]:
         """The sample indices this backend can produce for an item (by default ``0 .. n-1``)."""

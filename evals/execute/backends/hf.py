@@ -67,6 +67,7 @@ class HFBackend(TokenizingBackend):
         self.seed = int(seed)
         self.planned_bytes = planned_bytes
         self.engine: Engine | None = None  # one per backend: every request of the run, follow-ups included
+        self.reserved: tuple[int, int] | None = None  # (prompt tokens, new tokens) the rows hold (reserve)
         self.engines = 0
         self._watch: Callable[[int, int], None] | None = None  # the run's progress line (watch)
         self.method = method
@@ -130,9 +131,11 @@ class HFBackend(TokenizingBackend):
         ``(request, sample)`` lists, as soon as they end.
 
         One :class:`~snapstream_core.engine.Engine` serves every call of the backend (its rows refill across
-        items, and each request brings its own settings), so a run compiles its decode step once, follow-up calls
-        included. Each sample draws from noise keyed on (``gen.seed``, item id, sample index, step), so its tokens
-        do not depend on batching, ``gen.rows`` or resume. ``positions=in_cache`` (keys re-rotated every step,
+        items, and each request brings its own settings), its rows sized once by :meth:`reserve` when the runner
+        knows the run's bound (second calls included), else by the first call's prompts; so a run allocates its rows
+        and compiles its decode step once, follow-up calls included. Each sample draws from noise keyed on
+        (``gen.seed``, item id, sample index, step), so its tokens do not depend on batching, ``gen.rows`` or
+        resume. ``positions=in_cache`` (keys re-rotated every step,
         which the fixed slot rows cannot do) goes to ``generate()``'s eager path, with the global RNG seeded per
         item as before."""
         if self.method.positions == "in_cache":
@@ -144,15 +147,27 @@ class HFBackend(TokenizingBackend):
     def _settings(self, req: Request) -> tuple:
         """(sampling, stop strings) of a request: the task's per-request settings over the run's ``gen.*``."""
         gen = dict(req.prompt.gen or {})
-        task_max = gen.pop("max_new_tokens", None)
-        max_new = req.max_new_tokens or task_max or self.sampling.max_new_tokens
+        gen.pop("max_new_tokens", None)
+        max_new = req.new_tokens(self.sampling.max_new_tokens)
         return replace(self.sampling, max_new_tokens=max_new, **gen), tuple(req.prompt.stop)
 
+    def reserve(self, prompt_tokens: int, max_new_tokens: int) -> None:
+        """Size the engine's rows once for the run: prompts of at most ``prompt_tokens`` tokens, at most
+        ``max_new_tokens`` new tokens (the runner's :func:`tasks.protocol.call_extent`, second calls included). Every
+        later call passes ``max_prompt_tokens`` to :meth:`Engine.run`, which refuses a longer prompt or a wider
+        request in one line instead of allocating the rows again. Called before the first request."""
+        if self.engine is not None and self.reserved != (prompt_tokens, max_new_tokens):
+            raise RuntimeError("HFBackend.reserve: the engine's rows are already sized; reserve before generating")
+        self.reserved = (int(prompt_tokens), int(max_new_tokens))
+
     def _engine(self) -> Engine:
-        """The backend's one engine, built at its first request."""
+        """The backend's one engine, built at its first request; with :meth:`reserve`'s bound, its default
+        settings carry the reserved new tokens (the rows' width: ``Engine.plan_slots`` with ``max_prompt_tokens``)."""
         if self.engine is None:
+            sampling = self.sampling if self.reserved is None else replace(self.sampling,
+                                                                            max_new_tokens=self.reserved[1])
             self.engine = Engine(
-                self.model, self.method, self.sampling, eos=self.eos, rows=self.rows, seed=self.seed,
+                self.model, self.method, sampling, eos=self.eos, rows=self.rows, seed=self.seed,
                 tokenizer=self.tokenizer, compile=resolve_compile(self.compile, self.model.device),
                 planned_bytes=self.planned_bytes,
             )
@@ -161,7 +176,7 @@ class HFBackend(TokenizingBackend):
         return self.engine
 
     def _stream_engine(self, requests: Iterable[Request]) -> Iterator[list[tuple[Request, Sample]]]:
-        items = []  # every prompt encoded before decoding: their lengths size the rows once for the whole run
+        items = []  # every prompt encoded before decoding: their lengths size the rows (unless reserved)
         for req in requests:
             sampling, stop = self._settings(req)
             ids = self.encode(req.prompt)
@@ -170,7 +185,8 @@ class HFBackend(TokenizingBackend):
             items.append(EngineItem(ids, key, tuple(req.sample_idx), sampling.max_new_tokens, tag=req,
                                     sampling=sampling, stop=stop))
         engine = self._engine()
-        for ended in engine.run(items):
+        bound = None if self.reserved is None else self.reserved[0]
+        for ended in engine.run(items, max_prompt_tokens=bound):
             yield [(f.item.tag, self._sample(f, engine)) for f in ended]
 
     def _sample(self, f: Finished, engine: Engine) -> Sample:
