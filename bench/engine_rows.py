@@ -1,14 +1,12 @@
-"""A compiled case's decode on the engine's own objects: its rows, their per-row state and its compiled step.
+"""A case decoded by the engine itself: its rows, its decode step (eager or compiled) and its compaction.
 
-The batch-1 prefill's compressed cache is copied into one engine row per sequence by
-:meth:`~snapstream_core.engine.rows.RowCache.load`, which returns each row's slot schedule;
-:class:`~snapstream_core.engine.batch.RowBatch` keeps that schedule, the positions and the tokens, and draws the next
-token (greedy), as in a run; :class:`~snapstream_core.engine.step.Step` is the engine's one compile wrapper. One call
-runs what the engine's decode step runs for these rows: the slot each row writes, the step, the draw. Here every
-row is decoded (a case's ``batch``, even below the engine's ``MIN_CPU_ROWS``), every slot is read by SDPA or the
-plugged-in attention (where the engine's compiled step on CUDA bounds each row's reads with FlexAttention), and the
-rows never compact. The sizes come from the method: a row's slots are ``method.slots(T, new_tokens)``, the entries
-held after ``t`` steps ``method.tokens_held(T, t)``.
+The case's prompt is one :class:`~snapstream_core.engine.EngineItem` whose ``batch`` greedy samples take the rows of
+an :class:`~snapstream_core.engine.Engine` built with ``row_blocks=False`` (each step is one forward over exactly
+those rows, even below the engine's ``MIN_CPU_ROWS``). :meth:`EngineRows.start` runs the engine's own prefill and
+loads the rows (``Engine.fill``); each call is one ``Engine.step``: the slot each row writes, the step, the
+compaction of the rows it makes due (the decode-time methods), the draw -- what a run runs, nothing restated here.
+The entries held are read from the rows themselves (``Engine.held_entries``), so a method's cache is measured as it
+is, not as its geometry says it should be.
 """
 
 from __future__ import annotations
@@ -17,68 +15,62 @@ from dataclasses import dataclass
 
 import torch
 
-from snapstream_core.cache import CompressedCache
-from snapstream_core.engine.batch import RowBatch
-from snapstream_core.engine.rows import RowCache
-from snapstream_core.engine.step import Step
+from snapstream_core.engine import Engine, EngineItem
+from snapstream_core.engine.step import DecodeKernels, Step
 from snapstream_core.methods.base import CompressionMethod
 from snapstream_core.sampling import SamplingConfig
-
-NO_EOS = -1  # the engine's stand-in when no token ends a sample: every row decodes every step
 
 
 @dataclass
 class EngineRows:
-    """``rows`` decode rows of one case: ``cache`` (the K/V slots), ``batch`` (the per-row arrays), ``step``."""
+    """``engine``: the case's engine, its run started and its rows loaded; ``prompt_tokens``: T."""
 
-    cache: RowCache
-    batch: RowBatch
-    step: Step
-    method: CompressionMethod
+    engine: Engine
     prompt_tokens: int
 
     @classmethod
-    def load(cls, prefix: CompressedCache, logits: torch.Tensor, prompt_tokens: int, rows: int, new_tokens: int,
-             step: Step, zeros=None) -> EngineRows:
-        """``rows`` rows that each hold ``prefix`` (a batch-1 prefilled, compressed cache of a ``prompt_tokens``
-        prompt) and room for ``new_tokens`` tokens; each draws its first token from the prefill's last ``logits``
-        (1, V). ``zeros``: the memory of the rows' K/V on the CPU (``DecodeKernels.zeros``)."""
-        method = prefix.method
-        cache = RowCache.empty(rows, method.slots(prompt_tokens, new_tokens), prefix, zeros)
-        device = cache.visible.device
+    @torch.no_grad()
+    def start(cls, model, method: CompressionMethod, ids: list[int], rows: int, new_tokens: int, *,
+              compile: bool = False, step: Step | None = None, kernels: DecodeKernels | None = None,
+              compile_backend: str = "inductor") -> EngineRows:
+        """``rows`` greedy samples of the prompt ``ids``, with room for ``new_tokens`` tokens each (no EOS: every
+        row decodes every step), prefilled and loaded into the engine's rows. ``step``: a compiled step shared
+        with the other cases (its graphs compiled once); ``kernels``: the CPU kernels plugged into it (and the
+        rows' memory)."""
         greedy = SamplingConfig(max_new_tokens=new_tokens)
-        batch = RowBatch(rows, cache.slots, new_tokens, torch.tensor([NO_EOS], device=device), greedy)
-        for row in range(rows):
-            batch.add(row, cache.load(row, prefix), prompt_tokens, 0, new_tokens, greedy, (), logits.float())
-        return cls(cache, batch, step, method, prompt_tokens)
+        engine = Engine(model, method, greedy, eos=[], rows=rows, compile=compile, compile_backend=compile_backend,
+                        kernels=kernels, row_blocks=False, step=step)
+        engine.start([EngineItem(list(ids), 0, tuple(range(rows)), new_tokens)])
+        engine.fill()
+        return cls(engine, len(ids))
 
     @property
     def rows(self) -> int:
-        return self.batch.rows
+        return self.engine.rows
 
     @property
     def token(self) -> torch.Tensor:
-        """(rows, 1) long: each row's next input."""
-        return self.batch.tok[:, None]
+        """(rows, 1) long: each row's next input (the token drawn last)."""
+        return self.engine.batch.tok[: self.rows, None]
 
-    @property
-    def steps(self) -> int:
-        """Decode steps run (host count: no device read)."""
-        return self.batch.host[0].steps
-
-    def __call__(self, model) -> torch.Tensor:
-        """One decode step of every row; -> (rows, 1) long, the tokens drawn (the next inputs)."""
-        b = self.batch
-        slots = b.slots_now(self.cache.slots)
-        logits = self.step(model, self.cache, b.tok[:, None], b.positions(), slots)
-        b.stepped(list(range(self.rows)))
-        b.draw(logits, self.rows)
+    @torch.no_grad()
+    def __call__(self, model=None) -> torch.Tensor:
+        """One engine step of every row; -> (rows, 1) long, the tokens drawn (the next inputs)."""
+        self.engine.step()
         return self.token
 
+    def held(self) -> list[int]:
+        """Entries each row holds now, per layer and KV head (its visible slots; the largest over layers and heads)."""
+        held = self.engine.held_entries()[:, : self.rows]  # (L, rows, H_kv)
+        return held.amax(dim=(0, 2)).tolist()
+
     def tokens_held(self) -> int:
-        """KV entries per layer and KV head each row holds now, by the method's geometry."""
-        return self.method.tokens_held(self.prompt_tokens, self.steps)
+        """KV entries per layer and KV head the rows hold now (the largest over rows, layers and heads)."""
+        return max(self.held())
 
     def kv_bytes(self) -> tuple[int, int]:
-        """``(kv_bytes, index_bytes)`` of all rows: the K/V slots and the visibility mask."""
-        return self.cache.nbytes_per_row() * self.rows, self.cache.visible.nbytes
+        """``(kv_bytes, index_bytes)`` of all rows: the K/V slots, and the visibility mask with the slot positions
+        a compacting method keeps."""
+        cache, batch = self.engine.cache, self.engine.batch
+        index = cache.visible[:, : self.rows].nbytes + (0 if batch.pos is None else batch.pos[:, : self.rows].nbytes)
+        return cache.nbytes_per_row() * self.rows, index

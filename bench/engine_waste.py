@@ -17,7 +17,7 @@ import math
 import random
 from pathlib import Path
 
-from snapstream_core.engine.scheduler import Job, Scheduler
+from snapstream_core.engine.scheduler import Scheduler, Ticket
 
 OUT = Path(__file__).resolve().parent / "results" / "engine_waste.csv"
 COLUMNS = ["rows", "check_every", "items", "samples", "median", "max_new", "mean_len", "at_cap", "steps",
@@ -34,7 +34,7 @@ def simulate(lens: list[list[int]], rows: int, check_every: int) -> Scheduler:
     """Run the scheduler as ``Engine.run`` does (batched rows): assign, ``check_every`` steps, host read, retire."""
     sched = Scheduler(rows)
     for i, item in enumerate(lens):
-        sched.add(Job(i, s, 0) for s in range(len(item)))
+        sched.add(Ticket(i, s, 0) for s in range(len(item)))
     ends_at: list[int | None] = [None] * rows  # decode step count at which the row's sample is done on the device
     step = 0
     while True:

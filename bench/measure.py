@@ -10,15 +10,18 @@ Protocol:
    forward (explicit positions T, T+1, ..., greedy, no EOS) of every case in turn, the order rotating from step to
    step. Each forward is timed on its own, so a slow phase of the machine hits every case alike. ms/token is the mean
    over the ``steps`` steps that follow ``WARM_STEPS`` untimed ones (the median is kept too). Switching the attention
-   implementation between cases happens outside the timed region. A compiled case (``<method>+compiled``) decodes on
-   the engine's rows, loaded from its batch-1 prefill, with the engine's compiled step (:mod:`bench.engine_rows`);
-   its timed step includes the rows' slot schedule and draw, as in a run. The memory's bandwidth is read right
-   before the first timed round (one step of every case) and right after each one; a round's floor uses the faster
-   of its two readings, and a case's ``floor_ms`` is the mean over its rounds (:mod:`bench.floor`), with the KV
-   entries held at the middle timed step by the method's geometry (``tokens_held``).
+   implementation between cases happens outside the timed region. A compiled case (``<method>+compiled``), and the
+   eager case of a decode-time method (it compacts while decoding, which only the engine does), decode through the
+   engine itself (:mod:`bench.engine_rows`): its rows, prefilled by the engine, one ``Engine.step`` per timed step
+   (the slot schedule, the step, the compaction of the rows it makes due, the draw, as in a run). The memory's
+   bandwidth is read right before the first timed round (one step of every case) and right after each one; a
+   round's floor uses the faster of its two readings, and a case's ``floor_ms`` is the mean over its rounds
+   (:mod:`bench.floor`), with the KV entries held at the middle timed step by the method's geometry
+   (``tokens_held``).
 3. KV bytes are counted from the caches' own tensors (K and V storage; the core's per-slot validity and position
-   tensors separately as ``index_bytes``), per sequence, after prefill and at the end (a compiled case: its rows'
-   slots and visibility mask); the core's ``cache.stats`` gives the peak during prefill.
+   tensors separately as ``index_bytes``), per sequence, after prefill and at the end (an engine case: its rows'
+   slots, visibility mask and slot positions, and the entries its rows hold); the core's ``cache.stats`` gives the
+   peak during prefill.
 4. Memory of the prefill: the peak above what was held when it started: on CPU the resident set (Linux ``VmHWM``,
    reset through ``/proc/self/clear_refs`` after ``malloc_trim``), on CUDA ``max_memory_allocated``.
 """
@@ -43,7 +46,10 @@ from bench.config import WARM_STEPS, BenchConfig
 from bench.cpu_decode import KERNELS
 from bench.engine_rows import EngineRows
 from bench.floor import BandwidthProbe, floor_bytes, measure_matmul
+from bench.run_files import with_run_files
+from snapstream_core.engine.attention import resolve_attention
 from snapstream_core.engine.step import DecodeKernels, Step
+from snapstream_core.methods.decode_base import DecodeMethod
 
 MIB = 2**20
 log = logging.getLogger(__name__)
@@ -128,7 +134,7 @@ class Running:
     row: dict
     step_s: list[float] = field(default_factory=list)
     tokens: list[int] | None = None  # greedy tokens of the first sequence, when asked for (tests)
-    static: EngineRows | None = None  # a compiled case: the engine's rows, decoded by its compiled step
+    static: EngineRows | None = None  # an engine case: decoded by the engine's own rows and step
 
 
 @torch.no_grad()
@@ -138,10 +144,11 @@ def prefill(model, prompts, case: Case, cfg: BenchConfig) -> Running:
     T = ids.shape[-1]
     ss.register()
     _use(model, attention_name(case))
-    if case.method == PLAIN:
+    method = None if case.method == PLAIN else build_method(case.method, cfg)
+    if method is None:
         cache = DynamicCache(config=model.config)
     else:
-        cache = ss.make_cache(model, build_method(case.method, cfg))
+        cache = ss.make_cache(model, method)
     probe = MemoryProbe(cfg.device)
     probe.reset()
     t0 = _now(cuda)
@@ -151,10 +158,13 @@ def prefill(model, prompts, case: Case, cfg: BenchConfig) -> Running:
     peak = probe.peak()
     kv, _, tokens = kv_bytes(cache)
     static = None
-    if is_compiled(case.method):  # the engine's rows, one per sequence, loaded from the batch-1 prefill
-        step = compiled_step(model.device.type, cfg.compile_backend, kernels(cfg))
-        zeros = None if kernels(cfg) is None else kernels(cfg).zeros
-        static = EngineRows.load(cache, logits[:, -1], T, case.batch, max_steps(cfg) + 1, step, zeros)
+    if on_engine(case, method):  # the engine's rows, one per sequence, prefilled by the engine (untimed here)
+        method = with_run_files(method, model, ids)  # e.g. TriAttention's calibration, read when its rows compact
+        compiled = is_compiled(case.method)
+        kern = kernels(cfg) if compiled else None
+        step = compiled_step(model.device.type, cfg.compile_backend, kern) if compiled else None
+        static = EngineRows.start(model, method, ids[0].tolist(), case.batch, max_steps(cfg) + 1, compile=compiled,
+                                  step=step, kernels=kern, compile_backend=cfg.compile_backend)
     if case.batch > 1:
         cache.batch_repeat_interleave(case.batch)
         token = token.repeat_interleave(case.batch, dim=0)
@@ -173,15 +183,23 @@ def prefill(model, prompts, case: Case, cfg: BenchConfig) -> Running:
     return Running(case, cache, token, T, row, static=static)
 
 
+def on_engine(case: Case, method) -> bool:
+    """Whether ``case`` decodes through the engine: compiled, or a decode-time method (it compacts while decoding,
+    which only the engine does)."""
+    return is_compiled(case.method) or isinstance(method, DecodeMethod)
+
+
 _STEPS: dict[tuple[str, str, DecodeKernels | None], Step] = {}
 
 
 def compiled_step(device_type: str, backend: str, kernels: DecodeKernels | None) -> Step:
-    """The engine's compiled decode step, made once per (device, backend, kernels): it compiles on its first call
-    for a shape."""
+    """The engine's compiled decode step (the attention it picks when compiled on this device), made once per
+    (device, backend, kernels) and shared by the engines of the compiled cases: it compiles on its first call for a
+    shape."""
     key = (device_type, backend, kernels)
     if key not in _STEPS:
-        _STEPS[key] = Step(True, device_type, backend, kernels=kernels)
+        attention = resolve_attention("auto", device_type, True)
+        _STEPS[key] = Step(True, device_type, backend, attention, kernels=kernels)
     return _STEPS[key]
 
 
@@ -201,7 +219,7 @@ def decode_step(model, run: Running, cfg: BenchConfig) -> None:
     _use(model, attention_name(run.case))
     cuda = cfg.device == "cuda"
     t0 = _now(cuda)
-    if run.static is not None:  # the engine's compiled step: compiles on its first call for this shape
+    if run.static is not None:  # the engine's step (compiled: compiles on its first call for this shape)
         run.token = run.static(model)
     else:
         pos = torch.full_like(run.token, run.position)
@@ -234,7 +252,7 @@ def finish(run: Running) -> dict:
         "kv_bytes_final": kv // b,
         "index_bytes_final": index // b,
         "kv_prefill_bytes_peak": stats.get("kv_prefill_bytes_peak", run.row["kv_bytes_after_prefill"]),
-        "compiled": run.static is not None,
+        "compiled": is_compiled(run.case.method),
         "floor_bytes": run.row["floor_bytes"],
     }
 

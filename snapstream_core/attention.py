@@ -34,6 +34,9 @@ SLOT_FILL_KWARG = "snapstream_slot_fill"
 # ... and, for a decode-time method that scores with recent queries, ``(ring (L, B, H, Q, D), index (B,) long)``:
 # each layer writes its post-RoPE decode query at ``ring[layer_idx, b, :, index[b]]``.
 SLOT_QUERY_KWARG = "snapstream_slot_queries"
+# ... and, for a decode-time method that accumulates attention (h2o), its running sum (L, B, H_kv, S) float32: each
+# layer adds its decode query's softmax weights over the visible slots, averaged over each KV head's query heads.
+SLOT_ATTN_SUM_KWARG = "snapstream_slot_attn_sum"
 
 PREFIX = "snapstream_"
 BASES = ("sdpa", "eager", "flash_attention_2")

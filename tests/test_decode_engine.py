@@ -15,8 +15,7 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 import snapstream_core as ss
 from snapstream_core.engine import Engine, EngineItem
-from snapstream_core.engine.compact import compact_order
-from snapstream_core.methods.decode_base import CompactView
+from snapstream_core.methods.decode_base import CompactView, compact_order
 from snapstream_core.methods.rkv import RKV
 from snapstream_core.methods.snapkv_decode import SnapKVDecode
 from tests.method_matrix import prompts

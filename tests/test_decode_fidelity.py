@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from snapstream_core.engine.compact import compact_order
-from snapstream_core.methods.decode_base import CompactView
+from snapstream_core.methods.decode_base import CompactView, compact_order
 from snapstream_core.methods.rkv import RKV
 from snapstream_core.methods.snapkv_decode import SnapKVDecode
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import snapstream_core as ss
-from snapstream_core.engine import Engine, EngineItem, Job, Scheduler, sample_key
+from snapstream_core.engine import Engine, EngineItem, Scheduler, Ticket, sample_key
 from snapstream_core.engine.noise import _mix, _mix_int, _signed, pick_tokens, uniforms
 from snapstream_core.engine.step import EngineError
 from snapstream_core.generate import generate
@@ -67,18 +67,18 @@ def forced_eos(refs: list[list[int]]) -> list[int]:
 
 def test_scheduler_refills_retired_rows_in_order_and_counts_waste():
     s = Scheduler(rows=2)
-    s.add(Job(0, i, 10) for i in range(3))
-    s.add([Job(1, 0, 10)])
-    assert s.assign() == [(0, Job(0, 0, 10)), (1, Job(0, 1, 10))]
+    s.add(Ticket(0, i, 10) for i in range(3))
+    s.add([Ticket(1, 0, 10)])
+    assert s.assign() == [(0, Ticket(0, 0, 10)), (1, Ticket(0, 1, 10))]
     assert s.assign() == [] and s.item_pending(0)
     for _ in range(4):
         s.stepped()
-    assert s.retire(1, kept_steps=3) == Job(0, 1, 10)
-    assert s.assign() == [(1, Job(0, 2, 10))] and not s.item_pending(0)
+    assert s.retire(1, kept_steps=3) == Ticket(0, 1, 10)
+    assert s.assign() == [(1, Ticket(0, 2, 10))] and not s.item_pending(0)
     s.stepped(rows=1)
     s.retire(0, kept_steps=4)
     s.retire(1, kept_steps=1)
-    assert s.assign() == [(0, Job(1, 0, 10))] and s.busy_rows() == [0] and not s.done
+    assert s.assign() == [(0, Ticket(1, 0, 10))] and s.busy_rows() == [0] and not s.done
     s.retire(0, kept_steps=0)
     assert s.done
     assert (s.counts.steps, s.counts.row_steps, s.counts.used, s.counts.wasted) == (5, 9, 8, 1)

@@ -12,9 +12,8 @@ from transformers import DynamicCache
 
 import snapstream_core as ss
 from snapstream_core.calibration import save_stats
-from snapstream_core.engine.compact import compact_orders
 from snapstream_core.methods import TriAttention
-from snapstream_core.methods.decode_base import CompactView
+from snapstream_core.methods.decode_base import CompactView, compact_orders
 from snapstream_core.rope import rope_inv_freq
 from tests.method_matrix import prompts
 from tests.test_decode_engine import Recording, run

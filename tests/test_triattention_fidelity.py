@@ -17,9 +17,8 @@ import torch
 from safetensors import safe_open
 
 from snapstream_core.calibration import save_stats
-from snapstream_core.engine.compact import compact_orders
 from snapstream_core.methods import TriAttention
-from snapstream_core.methods.decode_base import CompactView
+from snapstream_core.methods.decode_base import CompactView, compact_orders
 
 FIXTURE = Path(__file__).parent / "data" / "triattention_fixture.safetensors"
 

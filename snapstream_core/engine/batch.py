@@ -9,9 +9,16 @@ Device tensors, all (R,) unless said: the slot schedule ``base``, ``offset``, ``
 ``tok`` (the last token drawn), ``fill`` (highest written slot + 1: the per-row read bound), ``done`` bool, ``out``
 (R, width + 1) long (the tokens; the last column takes the writes of done rows), ``reads`` () long (the bounded
 steps' slot reads not yet added to the stats), and the rows' sampling settings (:class:`~.noise.RowSampling`).
+``pos0`` is the row's prompt length (the position of its step 0).
+
+A decode-time method's rows also compact (:meth:`track_compaction`; :mod:`.compact`): ``pos`` (L, R, H_kv, S) long,
+each slot's token position (slots past the held ones: the positions they will be written with), ``queries``
+(L, R, H, Q, D) in the K/V dtype or None, the ring of each row's last Q post-RoPE queries at index ``position % Q``
+(written by the decode step), and ``attn_sum`` (L, R, H_kv, S) float32 or None, attention accumulated per slot.
 
 Host mirrors, per row: the request's :class:`~snapstream_core.sampling.SamplingConfig` and stop strings, ``held``
-slots at the start, steps run, whether it is a ring, and when it started.
+slots at the start, the prompt length, steps run (the one host count of a row's steps: the compaction schedule reads
+it), whether it is a ring, and when it started.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ class HostRow:
     stop: tuple[str, ...] = ()
     held: int = 0  # slots the prefix filled
     steps: int = 0  # decode steps run
+    prompt_len: int = 0
     ring: bool = False
     started: float = 0.0
 
@@ -51,6 +59,25 @@ class RowBatch:
         self.out = torch.zeros(rows, width + 1, dtype=torch.long, device=dev)
         self.host = [HostRow(default) for _ in range(rows)]
         self._sampling: RowSampling | None = None
+        self.pos: torch.Tensor | None = None  # the compaction's arrays (track_compaction)
+        self.queries: torch.Tensor | None = None
+        self.attn_sum: torch.Tensor | None = None
+
+    def track_compaction(self, layers: int, kv_heads: int, heads: int, query_window: int, head_dim: int,
+                         dtype: torch.dtype, attn_sum: bool = False) -> None:
+        """Allocate the arrays a compaction reads and moves (see the module docstring): ``pos``, the query ring of
+        ``query_window`` queries when it is > 0, and ``attn_sum`` when asked (a method that accumulates attention
+        per slot; zeroed when a row takes a sample, moved with its slot by a compaction)."""
+        dev = self.eos.device
+        self.pos = torch.zeros(layers, self.rows, kv_heads, self.slots, dtype=torch.long, device=dev)
+        if query_window:
+            self.queries = torch.zeros(layers, self.rows, heads, query_window, head_dim, dtype=dtype, device=dev)
+        if attn_sum:
+            self.attn_sum = torch.zeros(layers, self.rows, kv_heads, self.slots, dtype=torch.float32, device=dev)
+        if dev.type == "cuda":
+            for t in (self.pos, self.pos0, self.queries, self.attn_sum):
+                if t is not None:
+                    torch._dynamo.mark_static_address(t)  # mutated in place by the graphs
 
     def fits(self, slots: int, width: int) -> bool:
         """Whether a run of ``slots`` slots and ``width`` new tokens per row fits these rows."""
@@ -58,23 +85,60 @@ class RowBatch:
 
     # ------------------------------------------------------------------ add and remove a request
     def add(self, row: int, schedule: tuple[int, int, int, int], prompt_len: int, key: int, max_new: int,
-            sampling: SamplingConfig, stop: tuple[str, ...], logits: torch.Tensor) -> None:
+            sampling: SamplingConfig, stop: tuple[str, ...], logits: torch.Tensor, prefix=None) -> None:
         """Start a sample in ``row``: its slot schedule ``(base, offset, period, held)`` (from
         :meth:`~.rows.RowCache.load`), its noise ``key``, settings, and its first token drawn from the prefill
-        ``logits`` (1, V) float32 at noise step 0."""
+        ``logits`` (1, V) float32 at noise step 0. ``prefix``: the compressed cache the row just loaded, read when
+        the rows compact (its slots' positions and the prompt's last queries, the ring's seed)."""
         base, offset, period, held = schedule
         ring = period < self.slots
         fill = self.slots if ring else held
         for t, v in ((self.base, base), (self.offset, offset), (self.period, period), (self.pos0, prompt_len),
                      (self.step, 0), (self.keys, key), (self.max_new, max_new), (self.fill, fill)):
             t[row] = v
-        self.host[row] = HostRow(sampling, stop, held, 0, ring, time.perf_counter())
+        self.host[row] = HostRow(sampling, stop, held, 0, prompt_len, ring, time.perf_counter())
         self._sampling = None
+        if self.pos is not None:
+            self._seed_compaction(row, prompt_len, prefix)
         first = pick_rows(logits, self.sampling().rows(row, row + 1), self.keys[row : row + 1],
                           self.step[row : row + 1])
         self.tok[row] = first[0]
         self.out[row, 0] = first[0]
         self.done[row] = torch.isin(first, self.eos)[0] | (max_new <= 1)
+
+    def _seed_compaction(self, row: int, prompt_len: int, prefix) -> None:
+        """The compaction's arrays of ``row``: its slots' positions and the prompt's last queries (the ring)."""
+        S = self.pos.shape[-1]
+        for i, layer in enumerate(prefix.layers):
+            n = layer.keys.shape[-2] if layer.ring is None else layer.tokens_held()
+            seed = torch.arange(n, device=self.pos.device) if layer.pos is None else layer.pos[0, :, :n]
+            self.pos[i, row, :, :n] = seed
+            self.pos[i, row, :, n:] = prompt_len + torch.arange(S - n, device=self.pos.device)
+            if self.queries is not None:
+                tail = layer.query_tail  # (1, H, <=Q, D)
+                q = tail.shape[2]
+                idx = (torch.arange(prompt_len - q, prompt_len, device=self.pos.device)) % self.queries.shape[3]
+                self.queries[i, row].index_copy_(1, idx, tail[0].to(self.queries.dtype))
+            if self.attn_sum is not None:  # the kept prompt tokens' attention, summed over the prompt's queries
+                prompt = layer.prompt_attention[0]  # (H_kv, T) float32 (the prefill keeps it when the method asks)
+                self.attn_sum[i, row] = 0
+                self.attn_sum[i, row, :, :n] = prompt.gather(-1, seed.expand(prompt.shape[0], n))
+
+    def due(self, busy: list[int], method) -> list[int]:
+        """The busy rows whose last step makes them compact (``method.compacts`` of each row's prompt length and
+        steps: host counts, no device read)."""
+        return [r for r in busy if method.compacts(self.host[r].prompt_len, self.host[r].steps)]
+
+    def compacted(self, held: dict[int, int], interval: int) -> None:
+        """Rows compacted to ``held[row]`` entries: each writes its next token at slot ``held`` and the
+        ``interval - 1`` after it, until its next compaction."""
+        for row, n in held.items():
+            self.base[row], self.offset[row] = n, -self.host[row].steps % interval
+            self.period[row] = interval
+
+    def now(self) -> torch.Tensor:
+        """(R,) long: the position each row wrote at its last step."""
+        return self.pos0 + self.step - 1
 
     def remove(self, row: int) -> None:
         """The row's sample ended: the row decodes garbage in its own slots until the next :meth:`add` (its

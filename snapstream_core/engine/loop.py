@@ -10,7 +10,10 @@ For each item the engine calls :func:`~snapstream_core.prefill.prefill_prompt` o
 the last logits) and queues the item's samples; a free row copies the item's compressed prefix, draws its first
 token from the prefill logits, and decodes. Every ``check_every`` steps the host reads the rows' ``done`` flags (set
 on the device: EOS or ``max_new_tokens``; stop strings are checked on the host then) and yields the samples that
-ended, whose rows take the next pending samples, of the same item or the next one.
+ended, whose rows take the next pending samples, of the same item or the next one. ``run`` is written on the step
+API, which a measurement drives one call at a time: :meth:`Engine.start`, :meth:`Engine.fill` (free rows take the
+next samples), :meth:`Engine.step` (one decode step, the due rows' compaction included), :meth:`Engine.harvest`
+(the host read).
 
 Sampling draws from counter-based noise keyed on (``seed``, item key, sample index, step) (:mod:`.noise`), so a
 sample's tokens do not depend on which rows, items or resumes surround it. Nothing between two host reads of the done
@@ -36,8 +39,6 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
@@ -45,10 +46,12 @@ from snapstream_core.cache import CompressedCache
 from snapstream_core.engine.attention import fill_blocks, flex_decode_attention, resolve_attention
 from snapstream_core.engine.batch import RowBatch
 from snapstream_core.engine.compact import Compactor, compactor_for
+from snapstream_core.engine.items import EngineItem, EngineStats, Finished
 from snapstream_core.engine.noise import sample_key
+from snapstream_core.engine.queue import RunQueue
 from snapstream_core.engine.row_blocks import MIN_CPU_ROWS, blocks, held_rows, row_block
 from snapstream_core.engine.rows import RowCache
-from snapstream_core.engine.scheduler import Job, Scheduler, StepCounts
+from snapstream_core.engine.scheduler import Scheduler, Ticket
 from snapstream_core.engine.step import DecodeKernels, EngineError, Step, is_oom, memory_line
 from snapstream_core.engine.timer import DeviceTimer
 from snapstream_core.generate import cut_at_eos, stop_cut
@@ -58,69 +61,7 @@ from snapstream_core.prefill import prefill_prompt
 from snapstream_core.sampling import SamplingConfig
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class EngineItem:
-    """One prompt and the samples wanted of it. ``key``: the item's noise key (``noise.item_key(item_id)``);
-    ``tag``: anything the caller wants back with each finished sample. The request's own settings: ``sampling``
-    (temperature, top-k, top-p; None: the engine's), ``stop`` strings (None: the engine's) and ``seed`` (None: the
-    engine's); ``max_new_tokens`` is its own."""
-
-    ids: Sequence[int]
-    key: int
-    sample_idx: tuple[int, ...]
-    max_new_tokens: int
-    tag: Any = None
-    sampling: SamplingConfig | None = None
-    stop: tuple[str, ...] | None = None
-    seed: int | None = None
-
-
-@dataclass
-class Finished:
-    """A sample that ended: its new tokens (cut after EOS or the stop string's last token), ``stop`` or ``length``,
-    the KV figures of its cache and its timings."""
-
-    item: EngineItem
-    sample_idx: int
-    tokens: list[int]
-    finish_reason: str
-    kv: dict[str, int]
-    prefill_s: float
-    decode_s: float
-
-
-
-
-@dataclass
-class EngineStats:
-    """What ``meta.json`` records of the engine's decoding, over all its runs: step counts, whether the step ran
-    compiled, its first call's wall time (the compile time; 0 when eager) and the graph recording's (the next two
-    calls under CUDA graphs), the graphs compiled (``compiles``: 1 for a whole run when the shapes hold), prefills
-    run, K/V row allocations made (one per engine while the rows fit), the share of the rows' slots the steps read
-    (``slots_read / slots_held``; with FlexAttention's per-row bound, summed on the device from each row's read
-    blocks and added at the host reads), and ``blocks``: (steps, seconds) of each run of decode steps between two
-    host reads, the read included (the first ones hold the compile and the recording)."""
-
-    counts: StepCounts = field(default_factory=StepCounts)
-    compiled: bool = False
-    first_step_s: float = 0.0
-    record_s: float = 0.0
-    compiles: int = 0
-    prefills: int = 0
-    kv_allocations: int = 0
-    slots_read: int = 0
-    slots_held: int = 0
-    blocks: list[tuple[int, float]] = field(default_factory=list)
-    prefilled: int = 0  # prompt tokens prefilled so far
-    decoded: int = 0  # tokens decoded so far: the busy rows of every step (a sample's tokens after its end included)
-    compactions: int = 0  # compaction calls (decode-time methods)
-    compaction_s: float = 0.0  # their device time (CUDA events, read at host reads; wall clock on the CPU)
-
-    @property
-    def read_share(self) -> float:
-        return self.slots_read / self.slots_held if self.slots_held else 0.0
+__all__ = ["MIN_CPU_ROWS", "Engine", "EngineItem", "EngineStats", "Finished"]
 
 
 class Engine:
@@ -140,6 +81,14 @@ class Engine:
         (a measurement's hook: ``bench.gpu_check`` counts host reads there). ``on_progress`` (an attribute, None by
         default): called as ``on_progress(stats.prefilled, stats.decoded)`` after each prefill and each run of
         decode steps, so a caller's progress line moves while a batch decodes; it changes no output.
+        ``row_blocks``: False runs every step as one forward over exactly ``rows`` rows, even below
+        ``MIN_CPU_ROWS`` (a measurement of a batch of ``rows``; a sample's CPU bits may then depend on its
+        neighbours); ``step``: a :class:`~.step.Step` to decode with, shared with other engines (its compiled graphs
+        with it; None: the engine's own).
+
+    The step API: :meth:`start` a run, then :meth:`fill` (free rows take the next samples, prefilled as needed),
+    :meth:`step` (one decode step of the busy rows, their compaction included; no host read) and :meth:`harvest`
+    (the host read: the samples that ended) until :attr:`done`; :meth:`run` is that loop.
     """
 
     def __init__(
@@ -161,6 +110,8 @@ class Engine:
         read_block: int | None | str = "auto",
         planned_bytes: int | None = None,
         step_context: Callable[[], AbstractContextManager] | None = None,
+        row_blocks: bool = True,
+        step: Step | None = None,
     ):
         if method.positions == "in_cache":
             raise ValueError("gen.rows: the engine does not support compression.positions=in_cache")
@@ -175,15 +126,19 @@ class Engine:
         self.eos_t = torch.tensor(self.eos or [-1], dtype=torch.long, device=self.device)
         self.rows, self.seed, self.tokenizer = rows, seed, tokenizer
         self.cpu = self.device.type == "cpu"
-        self.row_block = row_block(model, max(rows, MIN_CPU_ROWS)) if self.cpu and not compile else None  # row_blocks
-        self.held_rows = (held_rows(rows, self.row_block) if self.row_block else
-                          max(rows, MIN_CPU_ROWS) if self.cpu else rows)  # rows of K/V the engine allocates
+        if row_blocks:
+            self.row_block = row_block(model, max(rows, MIN_CPU_ROWS)) if self.cpu and not compile else None
+            self.held_rows = (held_rows(rows, self.row_block) if self.row_block else
+                              max(rows, MIN_CPU_ROWS) if self.cpu else rows)  # rows of K/V the engine allocates
+        else:
+            self.row_block, self.held_rows = None, rows
+        self.row_blocks = row_blocks
         self.check_every = check_every or (1 if self.cpu else 16)
         self.read_block = (None if compile else READ_BLOCK) if read_block == "auto" else read_block
         self.kernels, self.planned_bytes, self.step_context = kernels, planned_bytes, step_context
         self.stats = EngineStats()
         kernel = resolve_attention(attention, self.device.type, compile)
-        self.step_fn = Step(compile, self.device.type, compile_backend, kernel, kernels)
+        self.step_fn = step or Step(compile, self.device.type, compile_backend, kernel, kernels)
         self.bounded = self.step_fn.attention is flex_decode_attention  # per-row read bounds (fill)
         self.stats.compiled = compile
         self.compile_backend = compile_backend
@@ -191,6 +146,7 @@ class Engine:
         self.batch: RowBatch | None = None
         self.compactor: Compactor | None = None
         self._compaction_timer = DeviceTimer(self.device)
+        self.queue: RunQueue | None = None  # the run under way (start)
         self.on_progress: Callable[[int, int], None] | None = None
 
     # ------------------------------------------------------------------ per-row state
@@ -208,22 +164,23 @@ class Engine:
                 raise self._oom("allocating the decode rows", exc) from exc
             raise
         self.stats.kv_allocations += 1
-        self.compactor = compactor_for(self.method, self.cache, self.model, self.stats.compiled, self.compile_backend)
         self.batch = RowBatch(self.held_rows, slots, width, self.eos_t, self.sampling)
+        self.compactor = compactor_for(self.method, self.cache, self.batch, self.model, self.stats.compiled,
+                                       self.compile_backend)
 
     def _oom(self, stage: str, exc: BaseException) -> EngineError:
         held = 0 if self.cache is None else self.cache.nbytes_per_row() * self.cache.rows
         return EngineError(f"{stage}: out of memory ({memory_line(self.device, held, self.planned_bytes)}); "
                            "lower gen.rows or plan.memory_gib")
 
-    def _start(self, row: int, job: Job, item: EngineItem, prefix: CompressedCache, logits: torch.Tensor) -> None:
-        """Put sample ``job`` in ``row``: copy the prefix, add the request to the row's arrays (its first token)."""
+    def _start(self, row: int, ticket: Ticket, item: EngineItem, prefix: CompressedCache,
+               logits: torch.Tensor) -> None:
+        """Put sample ``ticket`` in ``row``: copy the prefix, add the request to the row's arrays (its first token;
+        a compacting method's slot positions and query ring)."""
         seed = self.seed if item.seed is None else item.seed
         schedule = self.cache.load(row, prefix)
-        if self.compactor is not None:
-            self.compactor.start(row, len(item.ids), prefix)
-        self.batch.add(row, schedule, len(item.ids), sample_key(seed, item.key, job.sample_idx), job.max_new_tokens,
-                       item.sampling or self.sampling, self._stop(item), logits)
+        self.batch.add(row, schedule, len(item.ids), sample_key(seed, item.key, ticket.sample_idx),
+                       ticket.max_new_tokens, item.sampling or self.sampling, self._stop(item), logits, prefix)
 
     def _stop(self, item: EngineItem) -> tuple[str, ...]:
         return self.stop_strings if item.stop is None else tuple(s for s in item.stop if s)
@@ -240,30 +197,34 @@ class Engine:
     def _decode(self, busy: list[int]) -> None:
         """One decode step of the rows (on CPU: of rows ``[0, hi)``, ``hi >= MIN_CPU_ROWS``, covering ``busy``)."""
         R, S, b = self.held_rows, self.cache.slots, self.batch
-        hi = R  # compiled or CUDA: every row, one shape
-        if self.cpu and not self.stats.compiled:
+        hi = R  # compiled, CUDA or without row blocks: every row, one shape
+        if self.row_block is not None:
             hi = min(R, max(MIN_CPU_ROWS, max(busy, default=0) + 1))
         n = self._read_slots(busy)
         slots = b.slots_now(n)
         filled = b.fill[:hi] if self.bounded else None
         start = time.perf_counter()
         try:
+            q, a = b.queries, b.attn_sum  # themselves when every row runs (CUDA graphs keep their addresses)
             if self.row_block is None:
                 logits = self.step_fn(self.model, self.cache.view(hi, n), b.tok[:hi, None], b.positions()[:hi],
-                                      slots[:hi], filled)
+                                      slots[:hi], filled, q if q is None or hi == R else q[:, :hi],
+                                      a if a is None or (hi == R and n == S) else a[:, :hi, :, :n])
             else:  # row r always at position r % row_block of a forward of 4..row_block rows (row_blocks.py)
                 parts = blocks(hi, R, self.row_block)
                 hi = parts[-1][1]
                 pos = b.positions()
                 logits = torch.cat([self.step_fn(self.model, self.cache.view(end, n, lo), b.tok[lo:end, None],
                                                  pos[lo:end], slots[lo:end],
-                                                 None if filled is None else filled[lo:end])
+                                                 None if filled is None else filled[lo:end],
+                                                 None if q is None else q[:, lo:end],
+                                                 None if a is None else a[:, lo:end, :, :n])
                                    for lo, end in parts])
         except Exception as exc:
             if is_oom(exc):
                 raise self._oom(self.step_fn.stage(), exc) from exc
             raise
-        self._sched.stepped(hi)
+        self.queue.sched.stepped(hi)
         self.stats.decoded += len(busy)
         if filled is None:
             self.stats.slots_read += hi * n
@@ -284,22 +245,18 @@ class Engine:
         b.draw(logits, hi)
 
     def _compact(self, busy: list[int]) -> None:
-        """Compact the rows this step made due (:class:`~.compact.Compactor`); each then writes its next token at
-        slot ``held`` and the ``interval - 1`` after it, until its next compaction."""
+        """Compact the rows this step made due (:class:`~.compact.Compactor`: the rows' K/V and their per-row state,
+        slot schedule included)."""
         calls = self.compactor.calls
         self._compaction_timer.start()
         try:
-            compacted = self.compactor.after_step(busy, self.batch.pos0 + self.batch.step - 1)
+            self.compactor(self.cache, self.batch, busy)
         except Exception as exc:
             if is_oom(exc):
                 raise self._oom(self.compactor.stage(), exc) from exc
             raise
         self._compaction_timer.stop(keep=self.compactor.calls > calls)
         self.stats.compactions += self.compactor.calls - calls
-        b = self.batch
-        for row, held in compacted.items():
-            b.base[row], b.offset[row] = held, -b.host[row].steps % self.method.interval
-            b.period[row] = self.method.interval
 
     # ------------------------------------------------------------------ host side
     def _stop_hit(self, seq: list[int], stop: tuple[str, ...]) -> bool:
@@ -308,9 +265,11 @@ class Engine:
         text = self.tokenizer.decode(tail, skip_special_tokens=True)
         return any(s in text for s in stop)
 
-    def _harvest(self, sched: Scheduler, items: list[EngineItem], prefill_s: dict[int, float],
-                 kv: dict[int, dict[str, int]]) -> list[Finished]:
-        """Read the done flags and the rows' tokens (the host synchronisation); retire the rows that ended."""
+    def harvest(self) -> list[Finished]:
+        """The host read: read the done flags and the rows' tokens, retire the rows that ended, and return their
+        samples in row order (a stop string is found here)."""
+        q = self.queue
+        sched, items = q.sched, q.seen
         busy = sched.busy_rows()
         if not busy:
             return []
@@ -322,11 +281,11 @@ class Engine:
         seqs = dict(zip(read, b.out[read].tolist())) if read else {}
         finished = []
         for row in read:
-            job, stop = sched.running[row], b.host[row].stop
-            seq = seqs[row][: min(steps[row] + 1, job.max_new_tokens)]
+            ticket, stop = sched.running[row], b.host[row].stop
+            seq = seqs[row][: min(steps[row] + 1, ticket.max_new_tokens)]
             if not done[row] and not self._stop_hit(seq, stop):
                 continue
-            cut, reason = cut_at_eos(seq, set(self.eos), job.max_new_tokens)
+            cut, reason = cut_at_eos(seq, set(self.eos), ticket.max_new_tokens)
             at = stop_cut(cut, stop, self.tokenizer) if stop else None
             if at is not None:
                 cut, reason = cut[:at], "stop"
@@ -334,11 +293,11 @@ class Engine:
                 continue  # the tail trigger saw a stop string the exact search does not: decode on
             b.remove(row)
             sched.retire(row, kept_steps=len(cut) - 1)
-            item = items[job.item]
+            item = items[ticket.item]
             finished.append(Finished(
-                item=item, sample_idx=job.sample_idx, tokens=cut, finish_reason=reason,
-                kv=self._kv_figures(kv[job.item], item, job, len(cut)),
-                prefill_s=prefill_s[job.item], decode_s=time.perf_counter() - b.host[row].started,
+                item=item, sample_idx=ticket.sample_idx, tokens=cut, finish_reason=reason,
+                kv=self._kv_figures(q.kv[ticket.item], item, ticket, len(cut)),
+                prefill_s=q.prefill_s[ticket.item], decode_s=time.perf_counter() - b.host[row].started,
             ))
         return finished
 
@@ -353,13 +312,14 @@ class Engine:
             self.batch.reads.zero_()
         self.stats.compaction_s += self._compaction_timer.collect()
 
-    def _kv_figures(self, prefix_kv: dict[str, int], item: EngineItem, job: Job, n_tokens: int) -> dict[str, int]:
+    def _kv_figures(self, prefix_kv: dict[str, int], item: EngineItem, ticket: Ticket,
+                    n_tokens: int) -> dict[str, int]:
         """The prefix cache's figures, with the sample's own decode row (the method's slots for its prompt, as
         if it decoded alone: a sample's figures do not depend on its neighbours) and the tokens it held."""
         per_slot = self.cache.nbytes_per_row() // self.cache.slots
         T = len(item.ids)
         held = self.method.peak_tokens(T, n_tokens - 1)
-        row_bytes = per_slot * self.method.slots(T, job.max_new_tokens)
+        row_bytes = per_slot * self.method.slots(T, ticket.max_new_tokens)
         return {**prefix_kv, "kv_tokens_peak": max(prefix_kv["kv_tokens_peak"], held),
                 "kv_bytes_peak": max(prefix_kv["kv_bytes_peak"], row_bytes), "kv_bytes_final": row_bytes}
 
@@ -383,76 +343,84 @@ class Engine:
             max_prompt_tokens = max((len(it.ids) for it in items), default=1)
         return self.method.slots(max_prompt_tokens, width), width
 
-    # ------------------------------------------------------------------ the loop
-    @torch.no_grad()
-    def run(self, items: Iterable[EngineItem], *, max_prompt_tokens: int | None = None) -> Iterator[list[Finished]]:
-        """Decode every sample of ``items``; yields the samples that ended, a list per host read, in the order they
-        ended. Without ``max_prompt_tokens`` the items are read first (their lengths size the rows); with it they
-        are pulled lazily and a longer prompt stops the run with one line."""
+    # ------------------------------------------------------------------ the step API
+    def start(self, items: Iterable[EngineItem], *, max_prompt_tokens: int | None = None) -> None:
+        """Begin a run of ``items``. Without ``max_prompt_tokens`` the items are read now (their lengths size the
+        rows); with it they are pulled lazily and a longer prompt stops the run with one line."""
         if max_prompt_tokens is None:
             items = list(items)
             slots, width = self.plan_slots(items)
         else:
             slots, width = self.plan_slots([], max_prompt_tokens)
-        source = iter(items)
         sched = Scheduler(self.rows)
         sched.counts = self.stats.counts
-        self._sched = sched
-        seen: list[EngineItem] = []
-        prefixes: dict[int, tuple[CompressedCache, torch.Tensor]] = {}
-        prefill_s: dict[int, float] = {}
-        kv: dict[int, dict[str, int]] = {}
-        sized = False  # the rows fit this run (allocated at its first prefix, or kept from an earlier run)
+        self.queue = RunQueue(iter(items), sched, slots, width, max_prompt_tokens)
 
-        def pull() -> bool:
-            item = next(source, None)
-            if item is None:
-                return False
-            if max_prompt_tokens is not None and len(item.ids) > max_prompt_tokens:
-                raise EngineError(f"engine: a prompt of {len(item.ids)} tokens is longer than the "
-                                  f"{max_prompt_tokens} the rows were planned for (max_prompt_tokens)")
-            if item.max_new_tokens > width:
-                raise EngineError(f"engine: max_new_tokens={item.max_new_tokens} is more than the {width} the "
-                                  "rows were planned for")
-            if self._stop(item) and self.tokenizer is None:
-                raise EngineError("engine: a request with stop strings needs the engine's tokenizer")
-            seen.append(item)
-            sched.add(Job(len(seen) - 1, s, item.max_new_tokens) for s in item.sample_idx)
-            return True
+    def fill(self) -> bool:
+        """Give every free row the next pending sample, pulling items and prefilling their prompts as needed (the
+        rows are allocated at the run's first prefix unless earlier ones fit). Returns whether a sample started."""
+        q = self.queue
+        sched, started = q.sched, False
+        while sched.free_rows():
+            if not sched.pending and not q.pull(self._stop, self.tokenizer is not None):
+                break
+            for row, ticket in sched.assign():
+                if ticket.item not in q.prefixes:
+                    start = time.perf_counter()
+                    q.prefixes[ticket.item] = self._prefill(q.seen[ticket.item])
+                    q.prefill_s[ticket.item] = time.perf_counter() - start
+                    q.kv[ticket.item] = q.prefixes[ticket.item][0].stats.as_row()
+                    self._report()
+                    if not q.sized:
+                        self._alloc(q.prefixes[ticket.item][0], q.slots, q.width)
+                        q.sized = True
+                prefix, logits = q.prefixes[ticket.item]
+                self._start(row, ticket, q.seen[ticket.item], prefix, logits)
+                started = True
+            q.free_started()
+        return started
 
+    def step(self) -> None:
+        """One decode step of the busy rows: the step, the compaction of the rows it makes due, the next tokens
+        drawn (on the device; nothing is read back)."""
+        self._decode(self.queue.sched.busy_rows())
+
+    @property
+    def done(self) -> bool:
+        """Whether the run has no sample left, pending or in a row."""
+        return self.queue.sched.done
+
+    def busy_rows(self) -> list[int]:
+        """The rows that hold a sample of the run."""
+        return self.queue.sched.busy_rows()
+
+    def held_entries(self) -> torch.Tensor:
+        """(L, R, H_kv) long: the entries each row holds per layer and KV head, its visible slots (a device read:
+        for tests and measurements)."""
+        return self.cache.visible.sum(-1)
+
+    # ------------------------------------------------------------------ the loop
+    @torch.no_grad()
+    def run(self, items: Iterable[EngineItem], *, max_prompt_tokens: int | None = None) -> Iterator[list[Finished]]:
+        """Decode every sample of ``items``; yields the samples that ended, a list per host read, in the order they
+        ended (see :meth:`start` for ``max_prompt_tokens``). The step API's loop: fill the free rows, run
+        ``check_every`` steps, harvest."""
+        self.start(items, max_prompt_tokens=max_prompt_tokens)
         while True:
-            started = False
-            while sched.free_rows():
-                if not sched.pending and not pull():
-                    break
-                for row, job in sched.assign():
-                    if job.item not in prefixes:
-                        start = time.perf_counter()
-                        prefixes[job.item] = self._prefill(seen[job.item])
-                        prefill_s[job.item] = time.perf_counter() - start
-                        kv[job.item] = prefixes[job.item][0].stats.as_row()
-                        self._report()
-                        if not sized:
-                            self._alloc(prefixes[job.item][0], slots, width)
-                            sized = True
-                    prefix, logits = prefixes[job.item]
-                    self._start(row, job, seen[job.item], prefix, logits)
-                    started = True
-                for item in [i for i in prefixes if not sched.item_pending(i)]:
-                    del prefixes[item]  # its rows hold copies; the batch-1 cache is freed
-            if sched.done:
+            started = self.fill()
+            if self.done:
                 self._fold_reads()
                 return
             if started:  # samples that end at their first token free their rows before any step
-                ended = self._harvest(sched, seen, prefill_s, kv)
+                ended = self.harvest()
                 if ended:
                     yield ended
                     continue
             start = time.perf_counter()
             with self.step_context() if self.step_context is not None else nullcontext():
                 for _ in range(self.check_every):
-                    self._decode(sched.busy_rows())
-            ended = self._harvest(sched, seen, prefill_s, kv)
+                    self.step()
+            ended = self.harvest()
             self.stats.blocks.append((self.check_every, time.perf_counter() - start))
             self._report()
             if ended:

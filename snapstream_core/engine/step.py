@@ -22,7 +22,13 @@ from typing import Any
 
 import torch
 
-from snapstream_core.attention import SLOT_ATTENTION_KWARG, SLOT_FILL_KWARG, SLOT_MASK_KWARG, SLOT_QUERY_KWARG
+from snapstream_core.attention import (
+    SLOT_ATTENTION_KWARG,
+    SLOT_ATTN_SUM_KWARG,
+    SLOT_FILL_KWARG,
+    SLOT_MASK_KWARG,
+    SLOT_QUERY_KWARG,
+)
 
 log = logging.getLogger(__name__)
 GIB = 2**30
@@ -58,16 +64,22 @@ def resolve_compile(value: bool | str | None, device: torch.device | str) -> boo
 
 
 def decode_step(model, cache, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
-                attention: Callable | None = None, filled: torch.Tensor | None = None) -> torch.Tensor:
+                attention: Callable | None = None, filled: torch.Tensor | None = None,
+                queries: torch.Tensor | None = None, attn_sum: torch.Tensor | None = None) -> torch.Tensor:
     """One decode step of fixed shapes: tokens (R, 1) long at positions (R, 1), row r written at slot ``slots[r]``
     of ``cache`` (a :class:`~snapstream_core.engine.rows.RowCache` or a view of its rows) -> next-token logits
     (R, V) float32. ``attention``: the decode attention hook (None: SDPA); ``filled`` (R,) long: row r's highest
-    written slot + 1 after this step's write, handed to ``attention`` to bound its reads (None: it reads all S)."""
+    written slot + 1 after this step's write, handed to ``attention`` to bound its reads (None: it reads all S);
+    ``queries`` (L, R, H, Q, D) or None: a decode-time method's query ring (the rows' ``RowBatch.queries``), where
+    row r writes its post-RoPE queries at index ``position % Q``; ``attn_sum`` (L, R, H_kv, S) float32 or None: a
+    method's running attention sum per slot (``RowBatch.attn_sum``), which each layer adds its step's weights to."""
     cache.write_slot = slots
     cache.mark_written()
     extra = {SLOT_MASK_KWARG: cache.visible}
-    if cache.queries is not None:  # a decode-time method's query ring: row r writes at position % Q
-        extra[SLOT_QUERY_KWARG] = (cache.queries, positions[:, 0] % cache.queries.shape[3])
+    if queries is not None:
+        extra[SLOT_QUERY_KWARG] = (queries, positions[:, 0] % queries.shape[3])
+    if attn_sum is not None:
+        extra[SLOT_ATTN_SUM_KWARG] = attn_sum
     if attention is not None:
         extra[SLOT_ATTENTION_KWARG] = attention
         if filled is not None:
@@ -159,11 +171,12 @@ class Step:
         return {1: "decode step (compile)", 2: "decode step (capture)", 3: "decode step (capture)"}.get(
             self.calls, "decode step (replay)")
 
-    def __call__(self, model, cache, tokens, positions, slots, filled=None) -> torch.Tensor:
+    def __call__(self, model, cache, tokens, positions, slots, filled=None, queries=None,
+                 attn_sum=None) -> torch.Tensor:
         self.calls += 1
         graphs = _graphs()
         try:
-            return self.fn(model, cache, tokens, positions, slots, self.attention, filled)
+            return self.fn(model, cache, tokens, positions, slots, self.attention, filled, queries, attn_sum)
         except Exception as exc:
             if not self.compiled or is_oom(exc):
                 raise

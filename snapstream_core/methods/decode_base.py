@@ -52,7 +52,9 @@ class CompactView:
     ``queries`` (R, H, Q, D) or None: the post-RoPE queries of the row's last Q tokens, oldest first (None when
     the method's ``query_window`` is 0);
     ``scaling``: the attention scale (1/sqrt(D) for Llama); ``inv_freq`` (D/2,) float32 or None: the model's RoPE
-    inverse frequencies (to un-rotate keys); ``layer_idx``: the layer.
+    inverse frequencies (to un-rotate keys); ``layer_idx``: the layer;
+    ``row_keys`` (R,) long or None: each row's sample noise key (a choice that draws must depend on the sample, not
+    on its row); ``attn_sum`` (R, H_kv, S) float32 or None: attention accumulated per slot (H2O's running sum).
     """
 
     keys: torch.Tensor
@@ -65,6 +67,8 @@ class CompactView:
     scaling: float
     inv_freq: torch.Tensor | None
     layer_idx: int
+    row_keys: torch.Tensor | None = None
+    attn_sum: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,9 @@ class DecodeMethod(CompressionMethod):
     method: ClassVar[str] = "decode_base"
     policy: ClassVar[str] = "compacting"
     compact_trigger: ClassVar[str] = "interval"  # CompactingPolicy.trigger: R-KV's schedule
+    # Whether the engine keeps each slot's accumulated attention for it (CompactView.attn_sum: a running sum the
+    # decode step adds to, seeded from the prompt's attention at prefill; ``h2o``).
+    accumulates_attention: ClassVar[bool] = False
     budget_cap: ClassVar[str] = "cache"
     budget_knob: ClassVar[str] = "budget"
     budget: int = 512
@@ -182,6 +189,117 @@ class DecodeMethod(CompressionMethod):
     def select(self, view: PrefillView) -> Selection:
         """The prompt cut (``T >= budget``): the compaction's rule on the prompt (its last ``window`` queries), the
         kept tokens stored in the compaction's order (R-KV runs ``update_kv`` on the prompt at prefill)."""
-        from snapstream_core.engine.compact import prefill_selection
-
         return prefill_selection(self, view)
+
+
+# ---------------------------------------------------------------------------------------------------- the keep rule
+# :func:`compact_order` is a pure function of one layer's :class:`CompactView`: per (row, KV head) the protected
+# prompt slots (slot order), the best ``kept - window - protected`` candidates by the method's ``compact_scores``
+# (score order; ties: the lower slot first), then the last ``window`` held slots (slot order) -- the layout the
+# references store (R-KV ``R1KV.update_kv``: ``cat([gather(topk), window])``). The rest follows, so the result is a
+# permutation of the S slots and the first ``kept`` of it are what the row holds after the compaction. The engine
+# applies it to its rows (``snapstream_core.engine.compact``); the prompt cut at prefill is the same rule. torch is
+# imported inside each function: ``import snapstream_core.methods`` loads no torch (the config check needs none).
+
+
+def slot_roles(method: DecodeMethod, view: CompactView) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(candidate, protected, window) (R, H_kv, S) bool each: the held slots that compete, the held prompt slots
+    that never leave (``protect_prompt``), and the last ``window`` held slots."""
+    import torch
+
+    S = view.valid.shape[-1]
+    slot = torch.arange(S, device=view.valid.device)
+    held = view.held[:, None, None]
+    window = view.valid & (slot >= held - method.window)
+    if method.protect_prompt:
+        protected = view.valid & ~window & (view.positions < view.prompt_len[:, None, None])
+    else:
+        protected = torch.zeros_like(view.valid)
+    return view.valid & ~window & ~protected, protected, window
+
+
+def compact_orders(method: DecodeMethod, views: list[CompactView]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """:func:`compact_order` of every layer, the scores from :meth:`DecodeMethod.compact_scores_layers` (a method
+    may choose across layers)."""
+    return [compact_order(method, view, scores) for view, scores in zip(views, method.compact_scores_layers(views))]
+
+
+def compact_order(method: DecodeMethod, view: CompactView,
+                  scores: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """-> ``order`` (R, H_kv, S) long, a permutation of the slots, and ``kept`` (R,) long: after the compaction
+    row r's slot j holds what slot ``order[r, h, j]`` held, and its first ``kept[r]`` slots are held.
+
+    ``kept = min(held, cap)`` with ``cap = max(budget, protected + window)`` (:meth:`DecodeMethod.cap`).
+    ``scores`` (R, H_kv, S): the layer's priorities when already computed (:func:`compact_orders`)."""
+    import torch
+
+    candidate, protected, window = slot_roles(method, view)
+    S = candidate.shape[-1]
+    scores = (method.compact_scores(view) if scores is None else scores).float()
+    rank = candidate_rank(method, scores.masked_fill(~candidate, float("-inf")), view.held)
+    n_protected = protected.long().sum(-1)  # (R, H_kv)
+    cap = torch.clamp(n_protected + method.window, min=method.budget)
+    kept = torch.minimum(view.held[:, None], cap)  # (R, H_kv)
+    n_top = (kept - method.window - n_protected)[..., None]
+    slot = torch.arange(S, device=scores.device).expand_as(rank)
+    key = torch.full_like(rank, 3 * S) + slot  # dropped and free slots last
+    key = torch.where(window, 2 * S + slot, key)
+    key = torch.where(candidate & (rank < n_top), S + rank, key)
+    key = torch.where(protected, slot, key)
+    order = torch.argsort(key, dim=-1)
+    return order, kept[:, 0]
+
+
+def topk_lengths(method: DecodeMethod, S: int) -> list[int]:
+    """Lengths of the slot prefix the references run ``topk`` over, known before decoding: ``S - window`` for a
+    full row (every compaction after a row's first), and for a prompt shorter than the budget the first compaction's
+    ``held - window`` (that compaction is at the first position ``p = k * interval >= budget - 1``, with the
+    ``p + 1`` tokens so far held)."""
+    first = -(-(method.budget - 1) // method.interval) * method.interval + 1
+    return sorted({S - method.window, min(first, S) - method.window})
+
+
+def candidate_rank(method: DecodeMethod, scores: torch.Tensor, held: torch.Tensor) -> torch.Tensor:
+    """(R, H_kv, S) long: each slot's place in the references' ``topk(budget - window)`` of ``scores`` (candidates
+    only, the rest ``-inf``), ``S`` for slots outside it. ``topk`` breaks ties by its own algorithm, which depends on
+    the input's length, so each row runs it over the slot prefix of the length the reference sees
+    (:func:`topk_lengths`; a row whose length is not among them, the first compaction after a prompt cut, uses the
+    full ``S - window``)."""
+    import torch
+
+    S = scores.shape[-1]
+    *shorter, full = topk_lengths(method, S)
+
+    def ranks(n: int) -> torch.Tensor:
+        k = min(method.budget - method.window, n)
+        top = torch.topk(scores[..., :n], k, dim=-1).indices
+        return torch.full_like(scores, S, dtype=torch.long).scatter(
+            -1, top, torch.arange(k, device=top.device).expand_as(top))
+
+    rank = ranks(full)
+    for n in shorter:
+        rank = torch.where((held == n + method.window)[:, None, None], ranks(n), rank)
+    return rank
+
+
+def prefill_selection(method: DecodeMethod, view: PrefillView, attn_sum: torch.Tensor | None = None) -> Selection:
+    """The prompt cut at prefill (``T >= budget``, batch 1 as the engine prefills): :func:`compact_order` over the
+    prompt, scored with its last ``query_window`` post-RoPE queries (R-KV seeds its ``query_cache`` with them and
+    runs ``update_kv`` on the prompt) and ``attn_sum`` (B, H_kv, T), the prompt's accumulated attention (H2O).
+    ``scores``: minus each token's place in the kept order."""
+    import torch
+
+    B, H_kv, T, _ = view.keys.shape
+    if not bool(view.key_valid.all()):
+        raise ValueError(f"compression.method: {method.method} cuts the prompt of an unpadded row only")
+    Q = method.query_window
+    positions = torch.arange(T, device=view.keys.device).expand(B, H_kv, T)
+    held = torch.full((B,), T, dtype=torch.long, device=view.keys.device)
+    cv = CompactView(
+        keys=view.keys, values=None, positions=positions, valid=torch.ones_like(positions, dtype=torch.bool),
+        held=held, prompt_len=held, queries=view.query[:, :, -Q:] if Q else None, scaling=view.scaling,
+        inv_freq=None, layer_idx=-1, attn_sum=attn_sum,
+    )
+    order, _ = compact_order(method, cv)
+    place = torch.empty_like(order).scatter_(-1, order, torch.arange(T, device=order.device).expand_as(order))
+    return Selection(-place.float(), n_keep=method.budget, n_frozen=method.budget, indices=order[..., : method.budget])

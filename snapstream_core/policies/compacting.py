@@ -72,7 +72,9 @@ class CompactingPolicy(StoragePolicy):
             first = self._first()
             if steps < first:
                 return self.prompt_len + steps
-            return self.cap + (steps - first) % self._period()
+            # a compaction keeps min(held, cap): with a protected prompt and window above budget + interval the
+            # cache compacts every step and keeps all until it reaches cap
+            return min(self.prompt_len + steps, self.cap + (steps - first) % self._period())
         held, done = self.kept, 0
         for k in self.points(steps):
             before = held + (k - done)
@@ -84,7 +86,7 @@ class CompactingPolicy(StoragePolicy):
         if self.trigger == "slack":
             if steps < self._first():
                 return self.prompt_len + steps
-            return max(self.prompt_len + self._first(), self.cap + self._period())
+            return min(self.prompt_len + steps, max(self.prompt_len + self._first(), self.cap + self._period()))
         peak = self.kept
         for k in self.points(steps):
             peak = max(peak, self.tokens_held(k - 1) + 1)
