@@ -36,6 +36,6 @@ class RingPolicy(StoragePolicy):
 
     @classmethod
     def layer_class(cls) -> type:
-        from snapstream_core.layer import RingLayer
+        from snapstream_core.ring_layer import RingLayer
 
         return RingLayer
