@@ -69,8 +69,10 @@ class CompactView:
 class DecodeMethod(CompressionMethod):
     """Base of the decode-time methods. Knobs: ``budget`` KV entries per layer and KV head kept for the whole
     cache; ``interval`` decoded tokens between compactions (the references' ``divide_length``); ``window`` most
-    recent entries always kept (the references' ``window_size``); ``protect_prompt`` keep every prompt token
-    (TriAttention's ``protect_prefill``; False: the prompt competes for the budget, as in R-KV).
+    recent entries always kept (the references' ``window_size``); ``protect_prompt`` keep every prompt token and
+    score only the decode segment (TriAttention's ``protect_prefill``, ``R1KV._update_kv_protect_prefill``: the
+    prompt out of the softmax and of the redundancy; ``methods/decode_scores.py``); False: the prompt competes for
+    the budget, as in R-KV.
 
     A subclass sets ``method``, :attr:`query_window` and writes :meth:`compact_scores`."""
 
