@@ -152,6 +152,11 @@ class CompressedLayer(SlotIndex, CacheLayerMixin):
         B, H_kv, T, D = keys.shape
         Q = getattr(self.method, "query_window", 0)  # a decode-time method's query ring, seeded by the prompt
         self.query_tail = query[:, :, -Q:].clone() if Q else None
+        self.prompt_attention = None  # (B, H_kv, T) float32: the prompt's attention summed over its queries (h2o)
+        if getattr(self.method, "accumulates_attention", False):
+            from snapstream_core.methods.decode_scores import prompt_attention
+
+            self.prompt_attention = prompt_attention(query, keys, scaling)
         if not self.method.needs_selection(T):
             idx = torch.arange(T, device=keys.device).expand(B, H_kv, T)
             n_frozen = T

@@ -95,10 +95,11 @@ def candidate_rank(method: DecodeMethod, scores: torch.Tensor, held: torch.Tenso
     return rank
 
 
-def prefill_selection(method: DecodeMethod, view: PrefillView) -> Selection:
+def prefill_selection(method: DecodeMethod, view: PrefillView, attn_sum: torch.Tensor | None = None) -> Selection:
     """The prompt cut at prefill (``T >= budget``, batch 1 as the engine prefills): :func:`compact_order` over the
     prompt, scored with its last ``query_window`` post-RoPE queries (R-KV seeds its ``query_cache`` with them and
-    runs ``update_kv`` on the prompt). ``scores``: minus each token's place in the kept order."""
+    runs ``update_kv`` on the prompt) and ``attn_sum`` (B, H_kv, T), the prompt's accumulated attention (H2O).
+    ``scores``: minus each token's place in the kept order."""
     B, H_kv, T, _ = view.keys.shape
     if not bool(view.key_valid.all()):
         raise ValueError(f"compression.method: {method.method} cuts the prompt of an unpadded row only")
@@ -108,7 +109,7 @@ def prefill_selection(method: DecodeMethod, view: PrefillView) -> Selection:
     cv = CompactView(
         keys=view.keys, values=None, positions=positions, valid=torch.ones_like(positions, dtype=torch.bool),
         held=held, prompt_len=held, queries=view.query[:, :, -Q:] if Q else None, scaling=view.scaling,
-        inv_freq=None, layer_idx=-1,
+        inv_freq=None, layer_idx=-1, attn_sum=attn_sum,
     )
     order, _ = compact_order(method, cv)
     place = torch.empty_like(order).scatter_(-1, order, torch.arange(T, device=order.device).expand_as(order))
@@ -117,14 +118,17 @@ def prefill_selection(method: DecodeMethod, view: PrefillView) -> Selection:
 
 def compact_rows(method: DecodeMethod, keys: list[torch.Tensor], values: list[torch.Tensor], visible: torch.Tensor,
                  pos: torch.Tensor, queries: torch.Tensor | None, prompt_len: torch.Tensor, now: torch.Tensor,
-                 due: torch.Tensor, scaling: float, inv_freq: torch.Tensor | None) -> torch.Tensor:
+                 due: torch.Tensor, scaling: float, inv_freq: torch.Tensor | None,
+                 row_keys: torch.Tensor | None = None, attn_sum: torch.Tensor | None = None) -> torch.Tensor:
     """One compaction of the rows ``due`` (R,) bool, in place, at fixed shapes (the other rows are left as they are).
 
     Per layer l: ``keys[l]``, ``values[l]`` (R, H_kv, S, D); ``visible`` (L, R, H_kv, S) bool, each row's held
     prefix; ``pos`` (L, R, H_kv, S) long, each slot's position (slots past the held ones: the positions they will be
     written with); ``queries`` (L, R, H, Q, D) or None, the ring of the last Q queries at index ``position % Q``;
-    ``prompt_len``, ``now`` (R,) long: prompt lengths and the position just written. Returns ``kept`` (R,) long:
-    entries each due row holds after it (the others: what they hold)."""
+    ``prompt_len``, ``now`` (R,) long: prompt lengths and the position just written; ``row_keys`` (R,) long or None,
+    each row's sample key; ``attn_sum`` (L, R, H_kv, S) float32 or None, each slot's accumulated attention, moved
+    with its slot (the freed slots zeroed: a token written there starts from its own weight). Returns ``kept`` (R,)
+    long: entries each due row holds after it (the others: what they hold)."""
     L, R, H_kv, S = visible.shape
     slot = torch.arange(S, device=visible.device)
     held = visible[0, :, 0].long().sum(-1)  # (R,)
@@ -140,7 +144,8 @@ def compact_rows(method: DecodeMethod, keys: list[torch.Tensor], values: list[to
             q = queries[layer].gather(2, ring[:, None, :, None].expand(R, H, Q, D))
         views.append(CompactView(keys=keys[layer], values=values[layer], positions=pos[layer], valid=visible[layer],
                                  held=held, prompt_len=prompt_len, queries=q, scaling=scaling, inv_freq=inv_freq,
-                                 layer_idx=layer))
+                                 layer_idx=layer, row_keys=row_keys,
+                                 attn_sum=None if attn_sum is None else attn_sum[layer]))
     scores = method.compact_scores_layers(views)  # every layer's, before any layer moves (a choice may span layers)
     for layer, view in enumerate(views):
         order, kept = compact_order(method, view, scores[layer])
@@ -153,6 +158,9 @@ def compact_rows(method: DecodeMethod, keys: list[torch.Tensor], values: list[to
         moved = torch.where(below, pos[layer].gather(2, order), upcoming)
         pos[layer].copy_(torch.where(k3, moved, pos[layer]))
         visible[layer].copy_(torch.where(k3, below.expand(R, H_kv, S), visible[layer]))
+        if attn_sum is not None:
+            summed = torch.where(below, attn_sum[layer].gather(2, order), 0.0)
+            attn_sum[layer].copy_(torch.where(k3, summed, attn_sum[layer]))
         kept_all = kept
     return kept_all
 
@@ -163,7 +171,9 @@ class Compactor:
     the one fixed-shape compaction call over every row (compiled once when the decode step is).
 
     ``pos`` (L, R, H_kv, S) long; ``queries`` (L, R, H, Q, D) in the K/V dtype, written by the decode step
-    (``RowCache.queries``) at index ``position % Q``; ``prompt_len`` (R,) long."""
+    (``RowCache.queries``) at index ``position % Q``; ``prompt_len`` (R,) long; ``row_keys`` (R,) long, each row's
+    sample noise key; ``attn_sum`` (L, R, H_kv, S) float32 when the method ``accumulates_attention`` (else None),
+    added to by the decode step (``RowCache.attn_sum``) and seeded from the prefix's prompt attention."""
 
     def __init__(self, method: DecodeMethod, cache, model, compile: bool, backend: str):
         from snapstream_core.rope import rope_inv_freq
@@ -181,6 +191,11 @@ class Compactor:
         D = cache.keys[0].shape[-1]
         self.queries = None if Q == 0 else cache.keys[0].new_zeros(L, R, H, Q, D)
         cache.queries = self.queries
+        self.row_keys = torch.zeros(R, dtype=torch.long, device=dev)
+        self.attn_sum = None
+        if method.accumulates_attention:
+            self.attn_sum = torch.zeros(L, R, H_kv, S, dtype=torch.float32, device=dev)
+        cache.attn_sum = self.attn_sum
         self.scaling = D**-0.5
         self.inv_freq = rope_inv_freq(model)
         if self.inv_freq is not None:
@@ -198,14 +213,20 @@ class Compactor:
             return "compaction (eager)"
         return "compaction (compile)" if self.calls <= 1 else "compaction (compiled)"
 
-    def start(self, row: int, prompt_len: int, prefix) -> None:
+    def start(self, row: int, prompt_len: int, prefix, key: int = 0) -> None:
         """Row ``row`` takes a sample of a ``prompt_len``-token prompt whose compressed ``prefix`` it just loaded:
-        its slots' positions and the prompt's last queries (the ring's seed)."""
+        its slots' positions, the prompt's last queries (the ring's seed), the sample's noise ``key`` and the kept
+        prompt tokens' accumulated attention (``attn_sum``; the other slots zeroed)."""
         S = self.pos.shape[-1]
+        self.row_keys[row] = key
         for i, layer in enumerate(prefix.layers):
             n = layer.keys.shape[-2] if layer.ring is None else layer.tokens_held()
             seed = torch.arange(n, device=self.pos.device) if layer.pos is None else layer.pos[0, :, :n]
             self.pos[i, row, :, :n] = seed
+            if self.attn_sum is not None:
+                prompt = layer.prompt_attention[0]  # (H_kv, T) float32, summed over the prompt's queries
+                self.attn_sum[i, row] = 0
+                self.attn_sum[i, row, :, :n] = prompt.gather(-1, seed.expand(prompt.shape[0], n))
             self.pos[i, row, :, n:] = prompt_len + torch.arange(S - n, device=self.pos.device)
             if self.queries is not None:
                 tail = layer.query_tail  # (1, H, <=Q, D)
@@ -233,7 +254,7 @@ class Compactor:
         c = self.cache
         try:
             self.fn(self.method, c.keys, c.values, c.visible, self.pos, self.queries, self.prompt_len, now, mask,
-                    self.scaling, self.inv_freq)
+                    self.scaling, self.inv_freq, self.row_keys, self.attn_sum)
         except Exception as exc:
             if not self.compiled or is_oom(exc):
                 raise
@@ -248,6 +269,7 @@ def compactor_for(method, cache, model, compile: bool, backend: str) -> Compacto
         return None
     compactor = Compactor(method, cache, model, compile, backend)
     if compactor.pos.is_cuda:
-        for t in (compactor.pos, compactor.prompt_len) + (() if compactor.queries is None else (compactor.queries,)):
+        extra = tuple(t for t in (compactor.queries, compactor.attn_sum) if t is not None)
+        for t in (compactor.pos, compactor.prompt_len, compactor.row_keys, *extra):
             torch._dynamo.mark_static_address(t)  # mutated in place by the graphs
     return compactor

@@ -215,10 +215,11 @@ class Engine:
     def _start(self, row: int, job: Job, item: EngineItem, prefix: CompressedCache, logits: torch.Tensor) -> None:
         """Put sample ``job`` in ``row``: copy the prefix, add the request to the row's arrays (its first token)."""
         seed = self.seed if item.seed is None else item.seed
+        key = sample_key(seed, item.key, job.sample_idx)
         schedule = self.cache.load(row, prefix)
         if self.compactor is not None:
-            self.compactor.start(row, len(item.ids), prefix)
-        self.batch.add(row, schedule, len(item.ids), sample_key(seed, item.key, job.sample_idx), job.max_new_tokens,
+            self.compactor.start(row, len(item.ids), prefix, key)
+        self.batch.add(row, schedule, len(item.ids), key, job.max_new_tokens,
                        item.sampling or self.sampling, self._stop(item), logits)
 
     def _stop(self, item: EngineItem) -> tuple[str, ...]:

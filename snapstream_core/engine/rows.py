@@ -57,12 +57,15 @@ class RowCache(Cache):
     is_compileable = True
 
     def __init__(self, keys: list[torch.Tensor], values: list[torch.Tensor], visible: torch.Tensor,
-                 queries: torch.Tensor | None = None):
+                 queries: torch.Tensor | None = None, attn_sum: torch.Tensor | None = None):
         super().__init__(layers=[SlotLayer(k, v) for k, v in zip(keys, values)])
         self.keys, self.values, self.visible = keys, values, visible
         # (L, R, H, Q, D) ring of each row's last Q post-RoPE queries, written by the decode step at index
         # ``position % Q`` when a decode-time method compacts with them (engine.compact.Compactor); else None.
         self.queries = queries
+        # (L, R, H_kv, S) float32 running sum of each slot's attention weights, added to by the decode step when a
+        # decode-time method accumulates attention (``h2o``; engine.compact.Compactor); else None.
+        self.attn_sum = attn_sum
         self.write_slot: torch.Tensor | None = None
         if visible.is_cuda and visible._base is None:  # the buffers themselves, not a row's view
             for t in (*keys, *values, visible):
@@ -98,7 +101,8 @@ class RowCache(Cache):
         if lo == 0 and hi == self.rows and slots == self.slots:
             return self
         return RowCache([k[lo:hi, :, :slots] for k in self.keys], [v[lo:hi, :, :slots] for v in self.values],
-                        self.visible[:, lo:hi, :, :slots], None if self.queries is None else self.queries[:, lo:hi])
+                        self.visible[:, lo:hi, :, :slots], None if self.queries is None else self.queries[:, lo:hi],
+                        None if self.attn_sum is None else self.attn_sum[:, lo:hi, :, :slots])
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
         """Write (R, H_kv, 1, D) at each row's ``write_slot``; return the whole (R, H_kv, S, D) storage."""

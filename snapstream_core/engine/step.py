@@ -22,7 +22,13 @@ from typing import Any
 
 import torch
 
-from snapstream_core.attention import SLOT_ATTENTION_KWARG, SLOT_FILL_KWARG, SLOT_MASK_KWARG, SLOT_QUERY_KWARG
+from snapstream_core.attention import (
+    SLOT_ATTENTION_KWARG,
+    SLOT_ATTN_SUM_KWARG,
+    SLOT_FILL_KWARG,
+    SLOT_MASK_KWARG,
+    SLOT_QUERY_KWARG,
+)
 
 log = logging.getLogger(__name__)
 GIB = 2**30
@@ -68,6 +74,8 @@ def decode_step(model, cache, tokens: torch.Tensor, positions: torch.Tensor, slo
     extra = {SLOT_MASK_KWARG: cache.visible}
     if cache.queries is not None:  # a decode-time method's query ring: row r writes at position % Q
         extra[SLOT_QUERY_KWARG] = (cache.queries, positions[:, 0] % cache.queries.shape[3])
+    if cache.attn_sum is not None:  # H2O's running sum: each layer adds its step's attention weights
+        extra[SLOT_ATTN_SUM_KWARG] = cache.attn_sum
     if attention is not None:
         extra[SLOT_ATTENTION_KWARG] = attention
         if filled is not None:

@@ -50,7 +50,11 @@ class CompactView:
     ``queries`` (R, H, Q, D) or None: the post-RoPE queries of the row's last Q tokens, oldest first (None when
     the method's ``query_window`` is 0);
     ``scaling``: the attention scale (1/sqrt(D) for Llama); ``inv_freq`` (D/2,) float32 or None: the model's RoPE
-    inverse frequencies (to un-rotate keys); ``layer_idx``: the layer.
+    inverse frequencies (to un-rotate keys); ``layer_idx``: the layer;
+    ``row_keys`` (R,) long or None: each row's sample noise key (``engine.noise.sample_key``: seed, item, sample), so
+    a method's randomness follows the sample, not its row (``random``);
+    ``attn_sum`` (R, H_kv, S) float32 or None: each slot's attention accumulated since its token was written (the
+    prompt's from prefill; ``h2o``; None unless the method's ``accumulates_attention``).
     """
 
     keys: torch.Tensor
@@ -63,6 +67,8 @@ class CompactView:
     scaling: float
     inv_freq: torch.Tensor | None
     layer_idx: int
+    row_keys: torch.Tensor | None = None
+    attn_sum: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -77,6 +83,9 @@ class DecodeMethod(CompressionMethod):
     A subclass sets ``method``, :attr:`query_window` and writes :meth:`compact_scores`."""
 
     method: ClassVar[str] = "decode_base"
+    # Whether the engine keeps each slot's accumulated attention for it (CompactView.attn_sum: a running sum the
+    # decode step adds to, seeded from the prompt's attention at prefill; ``h2o``).
+    accumulates_attention: ClassVar[bool] = False
     budget_cap: ClassVar[str] = "cache"
     budget_knob: ClassVar[str] = "budget"
     budget: int = 512

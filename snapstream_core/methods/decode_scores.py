@@ -84,3 +84,38 @@ def redundancy(view: CompactView, members: torch.Tensor, threshold: float = 0.5)
     count = members.sum(dim=-1, keepdim=True).clamp(min=1).to(sim.dtype)  # (R, H_kv, 1)
     mean = sim.sum(dim=-2) / count  # mean over the set's rows
     return torch.softmax(mean.masked_fill(~members, float("-inf")), dim=-1)
+
+
+def step_attention(query: torch.Tensor, key: torch.Tensor, visible: torch.Tensor, scaling: float) -> torch.Tensor:
+    """(B, H_kv, S) float32: the softmax weights one decode query per head, ``query`` (B, H, 1, D), gives the slots
+    ``key`` (B, H_kv, S, D) where ``visible`` (B, H_kv, S) bool, averaged over the query heads of each KV head (0 on
+    hidden slots): what H2O adds to its running sum at a step (``methods/h2o.py``)."""
+    B, H, _, D = query.shape
+    H_kv = key.shape[1]
+    logits = torch.matmul(query.reshape(B, H_kv, H // H_kv, D).float(), key.float().transpose(-1, -2)) * scaling
+    probs = torch.softmax(logits.masked_fill(~visible[:, :, None, :], float("-inf")), dim=-1)
+    return probs.mean(dim=2)
+
+
+def prompt_attention(query: torch.Tensor, keys: torch.Tensor, scaling: float) -> torch.Tensor:
+    """(B, H_kv, T) float32: the causal softmax weights of every prompt query, ``query`` (B, H, T, D), on each prompt
+    key, ``keys`` (B, H_kv, T, D), summed over the queries and averaged over the query heads of each KV head (H2O's
+    first ``_update_hh_score``). Computed :func:`~snapstream_core.methods.h2o.prompt_block` query rows at a time."""
+    from snapstream_core.methods.h2o import prompt_block
+
+    B, H, T, D = query.shape
+    H_kv = keys.shape[1]
+    if keys.shape[2] != T:
+        raise ValueError(f"compression=h2o: the prompt's attention needs all {keys.shape[2]} query rows, got {T}")
+    k = keys.float().transpose(-1, -2)[:, :, None]  # (B, H_kv, 1, D, T)
+    q = query.float().view(B, H_kv, H // H_kv, T, D)
+    total = torch.zeros(B, H_kv, T, dtype=torch.float32, device=keys.device)
+    key_pos = torch.arange(T, device=keys.device)
+    block = prompt_block(T)
+    for s in range(0, T, block):
+        e = min(s + block, T)
+        logits = torch.matmul(q[:, :, :, s:e], k) * scaling  # (B, H_kv, G, e - s, T)
+        future = key_pos[None, :] > torch.arange(s, e, device=keys.device)[:, None]  # (e - s, T)
+        probs = torch.softmax(logits.masked_fill(future, float("-inf")), dim=-1)
+        total += probs.sum(dim=3).mean(dim=2)
+    return total
