@@ -214,8 +214,7 @@ class Engine:
 
     def _start(self, row: int, job: Job, item: EngineItem, prefix: CompressedCache, logits: torch.Tensor) -> None:
         """Put sample ``job`` in ``row``: copy the prefix, add the request to the row's arrays (its first token)."""
-        seed = self.seed if item.seed is None else item.seed
-        key = sample_key(seed, item.key, job.sample_idx)
+        key = sample_key(self.seed if item.seed is None else item.seed, item.key, job.sample_idx)
         schedule = self.cache.load(row, prefix)
         if self.compactor is not None:
             self.compactor.start(row, len(item.ids), prefix, key)
