@@ -136,7 +136,7 @@ class CompressedLayer(SlotIndex, CacheLayerMixin):
         return k, v
 
     def finish_prefill(self, query: torch.Tensor, key_valid: torch.Tensor, positions: torch.Tensor, scaling: float,
-                       moments: QueryMoments | None = None):
+                       moments: QueryMoments | None = None, attn_sum: torch.Tensor | None = None):
         """Select what to keep, right after this layer's full prefill attention.
 
         Args:
@@ -146,6 +146,8 @@ class CompressedLayer(SlotIndex, CacheLayerMixin):
             scaling: the attention scale.
             moments: the running query moments the chunked prefill summed, when the method reads them; None: they
                 are taken from ``query`` (every row of the one-pass prefill).
+            attn_sum: (B, H_kv, T) the prompt's attention summed over its queries, the chunked prefill's, when the
+                method accumulates attention (h2o); None: taken from ``query`` (the one-pass prefill).
         """
         self.pending = False
         keys, values = self.keys, self.values
@@ -156,7 +158,7 @@ class CompressedLayer(SlotIndex, CacheLayerMixin):
         if getattr(self.method, "accumulates_attention", False):
             from snapstream_core.methods.decode_scores import prompt_attention
 
-            self.prompt_attention = prompt_attention(query, keys, scaling)
+            self.prompt_attention = prompt_attention(query, keys, scaling) if attn_sum is None else attn_sum
         if not self.method.needs_selection(T):
             idx = torch.arange(T, device=keys.device).expand(B, H_kv, T)
             n_frozen = T
@@ -165,7 +167,7 @@ class CompressedLayer(SlotIndex, CacheLayerMixin):
             if skip is not None and moments is None:
                 moments = QueryMoments.of(query, positions, key_valid, skip, self.inv_freq)
             view = PrefillView(query=query, keys=keys, key_valid=key_valid, scaling=scaling, values=values,
-                               moments=moments, inv_freq=self.inv_freq)
+                               moments=moments, inv_freq=self.inv_freq, attn_sum=self.prompt_attention)
             sel = self.method.select(view)
             idx = sel.indices
             if idx is None:

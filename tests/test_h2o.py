@@ -47,9 +47,10 @@ def eager_sums(model, ids: list[int]) -> list[torch.Tensor]:
     return [s.view(-1, group, s.shape[-1]).mean(1) for s in sums]
 
 
-def test_the_prefill_records_the_prompts_attention_summed_over_its_queries(tiny_model):
+@pytest.mark.parametrize("chunk", [None, 7], ids=["one_chunk", "chunks_of_7"])
+def test_the_prefill_records_the_prompts_attention_summed_over_its_queries(tiny_model, chunk):
     (p,) = prompts((30,))
-    cache, _ = prefill_prompt(tiny_model, torch.tensor([p]), replace(METHOD, budget=64))
+    cache, _ = prefill_prompt(tiny_model, torch.tensor([p]), replace(METHOD, budget=64), chunk_size=chunk)
     # one forward over the prompt equals token-by-token decoding's causal weights
     for layer, want in zip(cache.layers, eager_sums(tiny_model, p)):
         torch.testing.assert_close(layer.prompt_attention[0], want, rtol=1e-4, atol=1e-5)

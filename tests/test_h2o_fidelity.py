@@ -36,13 +36,15 @@ def replay(method: H2O, keys: torch.Tensor, queries: torch.Tensor, T: int) -> li
     for layer in range(L):
         q, k = queries[layer][None, :, :T], keys[layer][None, :, :T]
         idx = torch.arange(T).expand(1, H_kv, T)
+        summed = prompt_attention(q, k, scale)
         if method.needs_selection(T):
-            view = PrefillView(query=q, keys=k, key_valid=torch.ones(1, T, dtype=torch.bool), scaling=scale)
+            view = PrefillView(query=q[:, :, :0], keys=k, key_valid=torch.ones(1, T, dtype=torch.bool),
+                               scaling=scale, attn_sum=summed)
             idx = method.select(view).indices
         n = idx.shape[-1]
         k_slots[layer][:, :, :n] = k.gather(2, idx[..., None].expand(1, H_kv, n, D))
         pos[layer, :, :, :n] = idx
-        attn_sum[layer, :, :, :n] = prompt_attention(q, k, scale).gather(-1, idx)
+        attn_sum[layer, :, :, :n] = summed.gather(-1, idx)
         visible[layer, :, :, :n] = True
     held = n
     if held < T:

@@ -33,7 +33,9 @@ class PrefillView:
     ``keys`` (B, H_kv, T, D) post-RoPE keys; ``key_valid`` (B, T) bool, False on left padding; ``scaling`` the
     attention scale (1/sqrt(D) for Llama); ``values`` (B, H_kv, T, D); ``moments`` the running moments of the pre-RoPE
     queries (:class:`snapstream_core.moments.QueryMoments`) when ``method.query_moments(T)`` asks for them, else None;
-    ``inv_freq`` (D/2,) the model's RoPE inverse frequencies (None when its angle is not linear in the position).
+    ``inv_freq`` (D/2,) the model's RoPE inverse frequencies (None when its angle is not linear in the position);
+    ``attn_sum`` (B, H_kv, T) float32: each prompt token's attention summed over every prompt query, when the
+    method ``accumulates_attention`` (H2O), else None.
     """
 
     query: torch.Tensor
@@ -43,6 +45,7 @@ class PrefillView:
     values: torch.Tensor | None = None
     moments: Any = None
     inv_freq: torch.Tensor | None = None
+    attn_sum: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)

@@ -98,24 +98,25 @@ def step_attention(query: torch.Tensor, key: torch.Tensor, visible: torch.Tensor
 
 
 def prompt_attention(query: torch.Tensor, keys: torch.Tensor, scaling: float) -> torch.Tensor:
-    """(B, H_kv, T) float32: the causal softmax weights of every prompt query, ``query`` (B, H, T, D), on each prompt
-    key, ``keys`` (B, H_kv, T, D), summed over the queries and averaged over the query heads of each KV head (H2O's
-    first ``_update_hh_score``). Computed :func:`~snapstream_core.methods.h2o.prompt_block` query rows at a time."""
+    """(B, H_kv, n) float32: the causal softmax weights of the prompt queries at positions ``n - q .. n - 1``,
+    ``query`` (B, H, q, D), on the prompt keys at positions ``0 .. n - 1``, ``keys`` (B, H_kv, n, D), summed over the
+    queries and averaged over the query heads of each KV head: H2O's first ``_update_hh_score``, added chunk by chunk
+    by the layer-major prefill. Computed :func:`~snapstream_core.methods.h2o.prompt_block` query rows at a time."""
     from snapstream_core.methods.h2o import prompt_block
 
-    B, H, T, D = query.shape
-    H_kv = keys.shape[1]
-    if keys.shape[2] != T:
-        raise ValueError(f"compression=h2o: the prompt's attention needs all {keys.shape[2]} query rows, got {T}")
-    k = keys.float().transpose(-1, -2)[:, :, None]  # (B, H_kv, 1, D, T)
-    q = query.float().view(B, H_kv, H // H_kv, T, D)
-    total = torch.zeros(B, H_kv, T, dtype=torch.float32, device=keys.device)
-    key_pos = torch.arange(T, device=keys.device)
-    block = prompt_block(T)
-    for s in range(0, T, block):
-        e = min(s + block, T)
-        logits = torch.matmul(q[:, :, :, s:e], k) * scaling  # (B, H_kv, G, e - s, T)
-        future = key_pos[None, :] > torch.arange(s, e, device=keys.device)[:, None]  # (e - s, T)
-        probs = torch.softmax(logits.masked_fill(future, float("-inf")), dim=-1)
+    B, H, q, D = query.shape
+    H_kv, n = keys.shape[1], keys.shape[2]
+    first = n - q
+    k = keys.float().transpose(-1, -2)[:, :, None]  # (B, H_kv, 1, D, n)
+    queries = query.view(B, H_kv, H // H_kv, q, D)
+    total = torch.zeros(B, H_kv, n, dtype=torch.float32, device=keys.device)
+    key_pos = torch.arange(n, device=keys.device)
+    block = prompt_block(n)
+    for s in range(0, q, block):
+        e = min(s + block, q)
+        logits = torch.matmul(queries[:, :, :, s:e].float(), k)  # (B, H_kv, G, e - s, n)
+        future = key_pos[None, :] > first + torch.arange(s, e, device=keys.device)[:, None]  # (e - s, n)
+        probs = torch.softmax(logits.mul_(scaling).masked_fill_(future, float("-inf")), dim=-1)
         total += probs.sum(dim=3).mean(dim=2)
+        del logits, probs
     return total

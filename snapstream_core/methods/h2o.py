@@ -45,14 +45,11 @@ class H2O(DecodeMethod):
     accumulates_attention: ClassVar[bool] = True
     tag_order: ClassVar[tuple[str, ...]] = ("budget", "interval", "window", "protect_prompt", "positions")
 
-    def query_rows(self, prompt_len: int) -> int:
-        """Every prompt query: the prompt's attention sums seed the running sum (and score a prompt cut)."""
-        return prompt_len
-
     def score_buffers(self, prompt_len: int) -> tuple[int, int]:
-        """The prompt's attention is summed a block of :func:`prompt_block` queries at a time: logits and weights,
-        two (H, T) fp32 buffers per query row of the block."""
-        return (0, 2 * prompt_block(prompt_len))
+        """The prompt's attention (``decode_scores.prompt_attention``): the keys in fp32, one (H_kv, T, D) buffer,
+        and a block of :func:`prompt_block` query rows at a time, logits and weights, two (H, T) fp32 buffers per
+        row of the block."""
+        return (1, 2 * prompt_block(prompt_len))
 
     def compact_scores(self, view: CompactView) -> torch.Tensor:
         """(R, H_kv, S) the accumulated attention of each slot."""
@@ -62,13 +59,15 @@ class H2O(DecodeMethod):
 
     def select(self, view):
         """The prompt cut (``T >= budget``): the compaction's rule on the prompt, scored by the prompt's attention
-        summed over all its queries (the reference's first ``__call__``)."""
+        summed over all its queries (``PrefillView.attn_sum``; the reference's first ``__call__``)."""
         from snapstream_core.engine.compact import prefill_selection
-        from snapstream_core.methods.decode_scores import prompt_attention
 
-        return prefill_selection(self, view, attn_sum=prompt_attention(view.query, view.keys, view.scaling))
+        if view.attn_sum is None:
+            raise ValueError("compression=h2o: the prompt cut needs the prompt's attention (PrefillView.attn_sum)")
+        return prefill_selection(self, view, attn_sum=view.attn_sum)
 
 
 def prompt_block(prompt_len: int) -> int:
-    """Query rows per block of the prompt's attention sums: ``PROMPT_SCRATCH / T``, between 1 and 64."""
+    """Query rows per block of the prompt's attention sums over ``prompt_len`` keys: ``PROMPT_SCRATCH / T``, between
+    1 and 64."""
     return max(1, min(64, PROMPT_SCRATCH // max(prompt_len, 1)))
