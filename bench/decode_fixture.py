@@ -13,6 +13,11 @@ appended and its query pushed to the ring of the last ``window`` queries, and at
 0`` (R-KV's ``length % divide_length``) ``update_kv(cache, ring, values)`` runs. The values carry each entry's
 position, so the values the reference gathers are the kept positions, in the reference's own order.
 
+``rkv_protect``: the same replay at ``PROTECT_BUDGET`` through TriAttention's R-KV baseline with
+``protect_prefill=True`` and ``attach_prefill_length(PROMPT)`` (``triattention/methods/baselines/r1_kv.py``
+``R1KV._update_kv_protect_prefill``: the prompt kept, only the decode segment scored), for ``compression.rkv
+protect_prompt=true``.
+
 Loaded by path: ``rkv/compression/r1_kv.py`` with ``rkv/utils.py`` as its package (R-KV's package ``__init__``
 imports modules that are not in the repository), ``triattention/methods/baselines/snapkv.py`` with its ``utils.py``.
 """
@@ -31,6 +36,7 @@ import torch
 log = logging.getLogger(__name__)
 
 PROMPT, TOKENS, BUDGET, INTERVAL, WINDOW, KERNEL = 40, 200, 48, 16, 8, 7
+PROTECT_BUDGET = 80  # the prompt's 40 kept, 32 decoded tokens scored for the other 40 - WINDOW
 LAYERS = (3, 20)
 TEXT = (
     "Let n be the number of ordered pairs of positive integers (a, b) with a + b = 1000 and neither a nor b has a "
@@ -53,7 +59,7 @@ def _load(name: str, path: Path, package: str | None = None):
 
 
 def reference_classes(rkv_dir: Path, tri_dir: Path):
-    """``R1KV`` (R-KV) and ``SnapKV`` (TriAttention's baseline), their sources unmodified."""
+    """``R1KV`` (R-KV), ``SnapKV`` and ``R1KV`` (TriAttention's baselines), their sources unmodified."""
     pkg = types.ModuleType("rkv_ref")
     pkg.__path__ = [str(rkv_dir / "rkv" / "compression")]
     sys.modules["rkv_ref"] = pkg
@@ -66,7 +72,8 @@ def reference_classes(rkv_dir: Path, tri_dir: Path):
     sys.modules["tri_ref"] = tpkg
     _load("tri_ref.utils", base / "utils.py", package="tri_ref")
     snap = _load("tri_ref.snapkv", base / "snapkv.py", package="tri_ref")
-    return r1kv.R1KV, snap.SnapKV
+    tri_r1kv = _load("tri_ref.r1_kv", base / "r1_kv.py", package="tri_ref")
+    return r1kv.R1KV, snap.SnapKV, tri_r1kv.R1KV
 
 
 def capture(n_tokens: int) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
@@ -97,11 +104,15 @@ def capture(n_tokens: int) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
     return {i: seen[i] for i in LAYERS}
 
 
-def replay(make, keys: torch.Tensor, queries: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def replay(make, keys: torch.Tensor, queries: torch.Tensor, budget: int = BUDGET,
+           protect: bool = False) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Per compaction of a teacher-forced decode: the positions the cache held before it (H_kv, held) and those it
-    kept (H_kv, kept), each in the reference's order."""
+    kept (H_kv, kept), each in the reference's order. ``protect``: ``protect_prefill`` with the prompt's length."""
     H_kv, N, D = keys.shape
-    press = make(budget=BUDGET, window_size=WINDOW, kernel_size=KERNEL, mix_lambda=0.1)
+    extra = {"protect_prefill": True} if protect else {}
+    press = make(budget=budget, window_size=WINDOW, kernel_size=KERNEL, mix_lambda=0.1, **extra)
+    if protect:
+        press.attach_prefill_length(PROMPT)
     pos = torch.arange(N, dtype=torch.float32)[None, :, None].expand(H_kv, N, D)
     k, v = keys[None, :, :PROMPT], pos[None, :, :PROMPT]
     ring = queries[None, :, PROMPT - WINDOW : PROMPT]
@@ -110,7 +121,7 @@ def replay(make, keys: torch.Tensor, queries: torch.Tensor) -> list[tuple[torch.
         k = torch.cat([k, keys[None, :, p : p + 1]], dim=2)
         v = torch.cat([v, pos[None, :, p : p + 1]], dim=2)
         ring = torch.cat([ring, queries[None, :, p : p + 1]], dim=2)[:, :, -WINDOW:]
-        if p % INTERVAL == 0 and k.shape[2] >= BUDGET:
+        if p % INTERVAL == 0 and k.shape[2] >= budget:
             before = v[0, :, :, 0].long()
             k, v = press.update_kv(k, ring, v)
             rounds.append((before, v[0, :, :, 0].long()))
@@ -124,16 +135,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=Path("tests/data/decode_compaction.pt"))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    R1KV, SnapKV = reference_classes(args.rkv, args.triattention)
+    R1KV, SnapKV, TriR1KV = reference_classes(args.rkv, args.triattention)
     trace = capture(TOKENS)
     fixture = {"params": dict(prompt=PROMPT, tokens=TOKENS, budget=BUDGET, interval=INTERVAL, window=WINDOW,
-                              kernel=KERNEL, mix_lambda=0.1, layers=LAYERS), "layers": {}}
+                              kernel=KERNEL, mix_lambda=0.1, layers=LAYERS, protect_budget=PROTECT_BUDGET),
+               "layers": {}}
     for layer, (keys, queries) in trace.items():
         keys16, queries16 = keys.half(), queries.half()
         keys, queries = keys16.float(), queries16.float()
         fixture["layers"][layer] = {
             "keys": keys16, "queries": queries16,
             "rkv": replay(R1KV, keys, queries), "snapkv_decode": replay(SnapKV, keys, queries),
+            "rkv_protect": replay(TriR1KV, keys, queries, PROTECT_BUDGET, protect=True),
         }
         log.info("layer %d: %d rounds", layer, len(fixture["layers"][layer]["rkv"]))
     args.out.parent.mkdir(parents=True, exist_ok=True)

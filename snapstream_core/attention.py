@@ -20,6 +20,7 @@ from transformers.masking_utils import AttentionMaskInterface, eager_mask, flash
 
 from snapstream_core.cache import ACTIVE_LAYER
 from snapstream_core.layer import CompressedLayer
+from snapstream_core.methods.decode_scores import step_attention
 from snapstream_core.rope import rotate
 
 log = logging.getLogger(__name__)
@@ -160,12 +161,15 @@ def _make(base: str) -> Callable:
         kernel = kwargs.pop(SLOT_ATTENTION_KWARG, None)
         filled = kwargs.pop(SLOT_FILL_KWARG, None)
         ring = kwargs.pop(SLOT_QUERY_KWARG, None)
+        attn_sum = kwargs.pop(SLOT_ATTN_SUM_KWARG, None)
         if ring is not None:
             queries, at = ring
             B, H, _, D = query.shape
             queries[module.layer_idx].scatter_(2, at[:, None, None, None].expand(B, H, 1, D), query)
         if slot_mask is not None:  # the engine's decode step: the rows' slots, masked per layer
             mask = slot_mask[module.layer_idx]
+            if attn_sum is not None:
+                attn_sum[module.layer_idx] += step_attention(query, key, mask, kwargs.get("scaling", module.scaling))
             return _row_slots(base, stock, module, query, key, value, mask, kernel, filled, **kwargs)
         layer = ACTIVE_LAYER.get()
         if layer is None or layer.layer_idx != getattr(module, "layer_idx", None):

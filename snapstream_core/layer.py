@@ -1,8 +1,9 @@
 """One layer of a compressed KV cache: the full prompt during prefill, then what the method's storage policy keeps
-(:mod:`snapstream_core.policies`), one class per policy: :class:`AppendLayer` (a selected prefix plus appended tokens:
-``none``, ``snapkv``, and the prefill of the compacting methods), :class:`~snapstream_core.ring_layer.RingLayer` (a frozen prefix plus a fixed
-ring of the latest tokens: ``streaming_llm``, ``snapstream``) and :class:`RaggedLayer` (a count of prompt tokens per
-head, padded, plus appended tokens). :func:`layer_for` picks the class of a method's policy.
+(:mod:`snapstream_core.policies`), one class per policy: :class:`AppendLayer` (a selected prefix plus appended
+tokens: ``none``, ``snapkv``, and the prefill of the compacting methods), ``RingLayer`` (a frozen prefix plus a fixed
+ring of the latest tokens: ``streaming_llm``, ``snapstream``; :mod:`snapstream_core.ring_layer`) and
+:class:`RaggedLayer` (a count of prompt tokens per head, padded, plus appended tokens). :func:`layer_for` picks the
+class of a method's policy.
 
 Life of a layer, driven by ``generate``:
 
@@ -141,7 +142,7 @@ class CompressedLayer(SlotIndex, CacheLayerMixin):
         return k, v
 
     def finish_prefill(self, query: torch.Tensor, key_valid: torch.Tensor, positions: torch.Tensor, scaling: float,
-                       moments: QueryMoments | None = None):
+                       moments: QueryMoments | None = None, attn_sum: torch.Tensor | None = None):
         """Select what to keep, right after this layer's full prefill attention.
 
         Args:
@@ -151,12 +152,19 @@ class CompressedLayer(SlotIndex, CacheLayerMixin):
             scaling: the attention scale.
             moments: the running query moments the chunked prefill summed, when the method reads them; None: they
                 are taken from ``query`` (every row of the one-pass prefill).
+            attn_sum: (B, H_kv, T) the prompt's attention summed over its queries, the chunked prefill's, when the
+                method accumulates attention (h2o); None: taken from ``query`` (the one-pass prefill).
         """
         self.pending = False
         keys, values = self.keys, self.values
         B, H_kv, T, D = keys.shape
         Q = getattr(self.method, "query_window", 0)  # a decode-time method's query ring, seeded by the prompt
         self.query_tail = query[:, :, -Q:].clone() if Q else None
+        self.prompt_attention = None  # (B, H_kv, T) float32: the prompt's attention summed over its queries (h2o)
+        if getattr(self.method, "accumulates_attention", False):
+            from snapstream_core.methods.decode_scores import prompt_attention
+
+            self.prompt_attention = prompt_attention(query, keys, scaling) if attn_sum is None else attn_sum
         if not self.method.needs_selection(T):
             idx = torch.arange(T, device=keys.device).expand(B, H_kv, T)
             n_frozen = T
@@ -166,7 +174,7 @@ class CompressedLayer(SlotIndex, CacheLayerMixin):
                 moments = QueryMoments.of(query, positions, key_valid, skip, self.inv_freq)
             view = PrefillView(query=query, keys=keys, key_valid=key_valid, scaling=scaling, values=values,
                                moments=moments, inv_freq=self.inv_freq, layer_idx=self.layer_idx,
-                               n_layers=self.stats.n_layers)
+                               n_layers=self.stats.n_layers, attn_sum=self.prompt_attention)
             sel = self.method.select(view)
             idx = sel.indices
             if idx is None:

@@ -61,13 +61,17 @@ class _StagingLayer(CacheLayerMixin):
     is_sliding = False
     is_compileable = False
 
-    def __init__(self, total: int, rows: int, moments_skip: int | None = None, inv_freq: torch.Tensor | None = None):
+    def __init__(self, total: int, rows: int, moments_skip: int | None = None, inv_freq: torch.Tensor | None = None,
+                 attention_sums: bool = False):
         super().__init__()
         self.total = total  # prompt length T
         self.rows = rows  # query rows the selection reads (the last ``rows`` positions)
         self.moments_skip = moments_skip  # the method's query_moments(T): None, or the leading tokens not counted
         self.inv_freq = inv_freq
         self.moments: QueryMoments | None = None
+        self.attention_sums = attention_sums  # sum each key's attention over every prompt query (h2o)
+        self.attn_sum: torch.Tensor | None = None  # (1, H_kv, T) float32 when attention_sums
+        self.chunk_query: torch.Tensor | None = None  # the chunk's post-RoPE queries, until sum_attention
         self.layer_idx = 0
         self.filled = 0
         self.pending = True  # read by the attention function: hand the queries over after attention
@@ -76,7 +80,7 @@ class _StagingLayer(CacheLayerMixin):
 
     def start(self, layer_idx: int) -> None:
         self.layer_idx, self.filled = layer_idx, 0
-        self.keys = self.values = self.query_tail = None
+        self.keys = self.values = self.query_tail = self.attn_sum = None
         self.moments = None
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
@@ -110,6 +114,16 @@ class _StagingLayer(CacheLayerMixin):
         self.pending = True
         return self.keys[:, :, : self.filled], self.values[:, :, : self.filled]
 
+    def sum_attention(self) -> None:
+        """Add the last chunk's queries' causal attention on the keys so far to ``attn_sum`` (h2o:
+        :func:`~snapstream_core.methods.decode_scores.prompt_attention`), after the decoder layer ran the chunk."""
+        from snapstream_core.methods.decode_scores import prompt_attention
+
+        query, self.chunk_query = self.chunk_query, None
+        if self.attn_sum is None:
+            self.attn_sum = torch.zeros(query.shape[0], self.keys.shape[1], self.total, device=query.device)
+        self.attn_sum[:, :, : self.filled] += prompt_attention(query, self.keys[:, :, : self.filled], self.scaling)
+
     def finish_prefill(self, query: torch.Tensor, key_valid, positions, scaling: float) -> None:
         """Called by the attention function after the chunk's attention: add the chunk's queries to the running
         moments (when the selection reads them) and keep the last ``rows`` query rows."""
@@ -119,6 +133,8 @@ class _StagingLayer(CacheLayerMixin):
                 self.moments = QueryMoments(self.moments_skip, self.inv_freq)
             q = query.shape[2]
             self.moments.add(query, positions[:, -q:].expand(query.shape[0], q), key_valid[:, -q:])
+        if self.attention_sums:  # summed by sum_attention once the layer's chunk is done (its scratch freed)
+            self.chunk_query = query
         if self.rows == 0:
             return
         tail = query[:, :, -self.rows :]
@@ -198,7 +214,8 @@ def prefill_prompt(
 
     decoder: LlamaModel = model.model
     n_layers = len(cache.layers)
-    staging = _StagingLayer(T, method.query_rows(T), method.query_moments(T), cache.inv_freq)
+    staging = _StagingLayer(T, method.query_rows(T), method.query_moments(T), cache.inv_freq,
+                            getattr(method, "accumulates_attention", False))
     staged = _StagingCache(staging, n_layers)
     hidden = decoder.embed_tokens(ids)  # (1, T, d): the residual stream
     spans = [(s, min(s + chunk, T)) for s in range(0, T, chunk)]
@@ -211,6 +228,8 @@ def prefill_prompt(
                                       past_key_values=staged, position_ids=pos)
             out = decoder_layer(h, attention_mask=mask, position_ids=pos, past_key_values=staged, use_cache=True,
                                 position_embeddings=decoder.rotary_emb(h, position_ids=pos))
+            if staging.attention_sums:
+                staging.sum_attention()
             if e - s == T:
                 hidden = out
             else:
@@ -234,4 +253,4 @@ def _compress(layer, staging: _StagingLayer, T: int, positions: torch.Tensor) ->
             H = keys.shape[1]  # any head count: unused
             query = keys.new_empty(keys.shape[0], H, 0, keys.shape[-1])
         valid = torch.ones(1, T, dtype=torch.bool, device=keys.device)
-        layer.finish_prefill(query, valid, positions, staging.scaling, staging.moments)
+        layer.finish_prefill(query, valid, positions, staging.scaling, staging.moments, staging.attn_sum)

@@ -20,7 +20,9 @@ class PrefillView:
     attention scale (1/sqrt(D) for Llama); ``values`` (B, H_kv, T, D); ``moments`` the running moments of the pre-RoPE
     queries (:class:`snapstream_core.moments.QueryMoments`) when ``method.query_moments(T)`` asks for them, else None;
     ``inv_freq`` (D/2,) the model's RoPE inverse frequencies (None when its angle is not linear in the position);
-    ``layer_idx`` the layer (-1: unknown) of ``n_layers`` (0: unknown), for per-layer budgets.
+    ``layer_idx`` the layer (-1: unknown) of ``n_layers`` (0: unknown), for per-layer budgets; ``attn_sum``
+    (B, H_kv, T) float32: each prompt token's attention summed over every prompt query, when the method
+    ``accumulates_attention`` (H2O), else None.
     """
 
     query: torch.Tensor
@@ -32,6 +34,7 @@ class PrefillView:
     inv_freq: torch.Tensor | None = None
     layer_idx: int = -1
     n_layers: int = 0
+    attn_sum: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)

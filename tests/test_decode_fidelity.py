@@ -1,6 +1,8 @@
 """Compaction equals the official R-KV and decode-time SnapKV functions: kept positions per round, per (row, KV
 head), in the reference's order (``tests/data/decode_compaction.pt``, written by ``bench/decode_fixture.py`` from
-the official code run unmodified on a trace of the embedded model; rows are two of its layers)."""
+the official code run unmodified on a trace of the embedded model; rows are two of its layers). ``rkv_protect`` is
+``compression.protect_prompt=true`` against TriAttention's ``protect_prefill`` (its R-KV baseline): the prompt kept
+and only the decode segment scored."""
 
 from __future__ import annotations
 
@@ -14,14 +16,17 @@ from snapstream_core.methods.rkv import RKV
 from snapstream_core.methods.snapkv_decode import SnapKVDecode
 
 FIXTURE = Path(__file__).parent / "data" / "decode_compaction.pt"
-NAMES = ["rkv", "snapkv_decode"]
+NAMES = ["rkv", "snapkv_decode", "rkv_protect"]
 
 
 def _load(name: str):
     fx = torch.load(FIXTURE)
     p = fx["params"]
     common = dict(budget=p["budget"], interval=p["interval"], window=p["window"], kernel=p["kernel"])
-    method = RKV(mix_lambda=p["mix_lambda"], **common) if name == "rkv" else SnapKVDecode(**common)
+    if name == "rkv_protect":
+        method = RKV(mix_lambda=p["mix_lambda"], protect_prompt=True, **{**common, "budget": p["protect_budget"]})
+    else:
+        method = RKV(mix_lambda=p["mix_lambda"], **common) if name == "rkv" else SnapKVDecode(**common)
     layers = list(p["layers"])
     keys = torch.stack([fx["layers"][i]["keys"].float() for i in layers])  # (R, H_kv, N, D), rows = layers
     queries = torch.stack([fx["layers"][i]["queries"].float() for i in layers])  # (R, H, N, D)

@@ -13,9 +13,11 @@ from dataclasses import fields
 from snapstream_core.methods.base import CompressionMethod
 from snapstream_core.methods.decode_base import DecodeMethod
 from snapstream_core.methods.expected_attention import ExpectedAttention
+from snapstream_core.methods.h2o import H2O
 from snapstream_core.methods.keydiff import KeyDiff
 from snapstream_core.methods.knorm import Knorm
 from snapstream_core.methods.none import NoCompression
+from snapstream_core.methods.random_evict import RandomEvict
 from snapstream_core.methods.rkv import RKV
 from snapstream_core.methods.snapkv import SnapKV
 from snapstream_core.methods.snapkv_decode import SnapKVDecode
@@ -36,6 +38,8 @@ METHODS: dict[str, type[CompressionMethod]] = {
     "rkv": RKV,
     "snapkv_decode": SnapKVDecode,
     "triattention": TriAttention,
+    "random": RandomEvict,
+    "h2o": H2O,
 }
 
 
@@ -50,6 +54,7 @@ def knob_names() -> list[str]:
 
 
 __all__ = [
-    "METHODS", "knob_names", "CompressionMethod", "DecodeMethod", "ExpectedAttention", "KeyDiff", "Knorm",
-    "NoCompression", "RKV", "SnapKV", "SnapKVDecode", "SnapStream", "StreamingLLM", "TOVA", "TriAttention",
+    "METHODS", "knob_names", "CompressionMethod", "DecodeMethod", "ExpectedAttention", "H2O", "KeyDiff", "Knorm",
+    "NoCompression", "RKV", "RandomEvict", "SnapKV", "SnapKVDecode", "SnapStream", "StreamingLLM", "TOVA",
+    "TriAttention",
 ]

@@ -53,8 +53,10 @@ class CompactView:
     the method's ``query_window`` is 0);
     ``scaling``: the attention scale (1/sqrt(D) for Llama); ``inv_freq`` (D/2,) float32 or None: the model's RoPE
     inverse frequencies (to un-rotate keys); ``layer_idx``: the layer;
-    ``row_keys`` (R,) long or None: each row's sample noise key (a choice that draws must depend on the sample, not
-    on its row); ``attn_sum`` (R, H_kv, S) float32 or None: attention accumulated per slot (H2O's running sum).
+    ``row_keys`` (R,) long or None: each row's sample noise key (``engine.noise.sample_key``: seed, item, sample), so
+    a method's randomness follows the sample, not its row (``random``);
+    ``attn_sum`` (R, H_kv, S) float32 or None: each slot's attention accumulated since its token was written (the
+    prompt's from prefill; ``h2o``; None unless the method's ``accumulates_attention``).
     """
 
     keys: torch.Tensor
@@ -75,14 +77,14 @@ class CompactView:
 class DecodeMethod(CompressionMethod):
     """Base of the decode-time methods. Knobs: ``budget`` KV entries per layer and KV head kept for the whole
     cache; ``interval`` decoded tokens between compactions (the references' ``divide_length``); ``window`` most
-    recent entries always kept (the references' ``window_size``); ``protect_prompt`` keep every prompt token
-    (TriAttention's ``protect_prefill``; False: the prompt competes for the budget, as in R-KV).
+    recent entries always kept (the references' ``window_size``); ``protect_prompt`` keep every prompt token and
+    score only the decode segment (TriAttention's ``protect_prefill``, ``R1KV._update_kv_protect_prefill``: the
+    prompt out of the softmax and of the redundancy; ``methods/decode_scores.py``); False: the prompt competes for
+    the budget, as in R-KV.
 
     A subclass sets ``method``, :attr:`query_window` and writes :meth:`compact_scores`."""
 
     method: ClassVar[str] = "decode_base"
-    policy: ClassVar[str] = "compacting"
-    compact_trigger: ClassVar[str] = "interval"  # CompactingPolicy.trigger: R-KV's schedule
     # Whether the engine keeps each slot's accumulated attention for it (CompactView.attn_sum: a running sum the
     # decode step adds to, seeded from the prompt's attention at prefill; ``h2o``).
     accumulates_attention: ClassVar[bool] = False

@@ -53,7 +53,8 @@ class RKV(DecodeMethod):
         return n * n
 
     def compact_scores(self, view: CompactView) -> torch.Tensor:
-        from snapstream_core.methods.decode_scores import redundancy, window_attention
+        from snapstream_core.methods.decode_scores import redundancy, scored_slots, window_attention
 
-        attention = window_attention(view, self.window, self.kernel)
-        return attention * self.mix_lambda - redundancy(view, self.threshold) * (1 - self.mix_lambda)
+        attended, compared = scored_slots(self, view)
+        attention = window_attention(view, attended, self.kernel)
+        return attention * self.mix_lambda - redundancy(view, compared, self.threshold) * (1 - self.mix_lambda)

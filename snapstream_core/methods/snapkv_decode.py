@@ -39,6 +39,6 @@ class SnapKVDecode(DecodeMethod):
         return self.window
 
     def compact_scores(self, view: CompactView) -> torch.Tensor:
-        from snapstream_core.methods.decode_scores import window_attention
+        from snapstream_core.methods.decode_scores import scored_slots, window_attention
 
-        return window_attention(view, self.window, self.kernel)
+        return window_attention(view, scored_slots(self, view)[0], self.kernel)
