@@ -18,9 +18,9 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, eager_mask, flash_attention_mask, sdpa_mask
 
+from snapstream_core.attention_sums import step_attention
 from snapstream_core.cache import ACTIVE_LAYER
 from snapstream_core.layer import CompressedLayer
-from snapstream_core.methods.decode_scores import step_attention
 from snapstream_core.rope import rotate
 
 log = logging.getLogger(__name__)

@@ -162,7 +162,7 @@ class CompressedLayer(SlotIndex, CacheLayerMixin):
         self.query_tail = query[:, :, -Q:].clone() if Q else None
         self.prompt_attention = None  # (B, H_kv, T) float32: the prompt's attention summed over its queries (h2o)
         if getattr(self.method, "accumulates_attention", False):
-            from snapstream_core.methods.decode_scores import prompt_attention
+            from snapstream_core.attention_sums import prompt_attention
 
             self.prompt_attention = prompt_attention(query, keys, scaling) if attn_sum is None else attn_sum
         if not self.method.needs_selection(T):

@@ -116,8 +116,8 @@ class _StagingLayer(CacheLayerMixin):
 
     def sum_attention(self) -> None:
         """Add the last chunk's queries' causal attention on the keys so far to ``attn_sum`` (h2o:
-        :func:`~snapstream_core.methods.decode_scores.prompt_attention`), after the decoder layer ran the chunk."""
-        from snapstream_core.methods.decode_scores import prompt_attention
+        :func:`~snapstream_core.attention_sums.prompt_attention`), after the decoder layer ran the chunk."""
+        from snapstream_core.attention_sums import prompt_attention
 
         query, self.chunk_query = self.chunk_query, None
         if self.attn_sum is None:

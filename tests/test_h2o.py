@@ -73,7 +73,7 @@ def test_the_decode_step_adds_its_attention_to_the_running_sum(tiny_model):
     seq = p + tokens[0, 0][:-1]  # the last token drawn is never fed back
     assert eng.compactor.calls == 0
     for layer, want in enumerate(eager_sums(tiny_model, seq)):
-        got = eng.compactor.attn_sum[layer, 0]
+        got = eng.batch.attn_sum[layer, 0]
         torch.testing.assert_close(got[:, : len(seq)], want, rtol=1e-4, atol=1e-5)
         assert not got[:, len(seq) :].any()
 

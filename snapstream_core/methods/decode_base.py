@@ -85,6 +85,8 @@ class DecodeMethod(CompressionMethod):
     A subclass sets ``method``, :attr:`query_window` and writes :meth:`compact_scores`."""
 
     method: ClassVar[str] = "decode_base"
+    policy: ClassVar[str] = "compacting"
+    compact_trigger: ClassVar[str] = "interval"  # CompactingPolicy.trigger: R-KV's schedule
     # Whether the engine keeps each slot's accumulated attention for it (CompactView.attn_sum: a running sum the
     # decode step adds to, seeded from the prompt's attention at prefill; ``h2o``).
     accumulates_attention: ClassVar[bool] = False

@@ -29,6 +29,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from snapstream_core.attention_sums import prompt_attention, step_attention  # noqa: F401  (H2O's, re-exported)
 from snapstream_core.methods.decode_base import CompactView, DecodeMethod
 
 
@@ -84,39 +85,3 @@ def redundancy(view: CompactView, members: torch.Tensor, threshold: float = 0.5)
     count = members.sum(dim=-1, keepdim=True).clamp(min=1).to(sim.dtype)  # (R, H_kv, 1)
     mean = sim.sum(dim=-2) / count  # mean over the set's rows
     return torch.softmax(mean.masked_fill(~members, float("-inf")), dim=-1)
-
-
-def step_attention(query: torch.Tensor, key: torch.Tensor, visible: torch.Tensor, scaling: float) -> torch.Tensor:
-    """(B, H_kv, S) float32: the softmax weights one decode query per head, ``query`` (B, H, 1, D), gives the slots
-    ``key`` (B, H_kv, S, D) where ``visible`` (B, H_kv, S) bool, averaged over the query heads of each KV head (0 on
-    hidden slots): what H2O adds to its running sum at a step (``methods/h2o.py``)."""
-    B, H, _, D = query.shape
-    H_kv = key.shape[1]
-    logits = torch.matmul(query.reshape(B, H_kv, H // H_kv, D).float(), key.float().transpose(-1, -2)) * scaling
-    probs = torch.softmax(logits.masked_fill(~visible[:, :, None, :], float("-inf")), dim=-1)
-    return probs.mean(dim=2)
-
-
-def prompt_attention(query: torch.Tensor, keys: torch.Tensor, scaling: float) -> torch.Tensor:
-    """(B, H_kv, n) float32: the causal softmax weights of the prompt queries at positions ``n - q .. n - 1``,
-    ``query`` (B, H, q, D), on the prompt keys at positions ``0 .. n - 1``, ``keys`` (B, H_kv, n, D), summed over the
-    queries and averaged over the query heads of each KV head: H2O's first ``_update_hh_score``, added chunk by chunk
-    by the layer-major prefill. Computed :func:`~snapstream_core.methods.h2o.prompt_block` query rows at a time."""
-    from snapstream_core.methods.h2o import prompt_block
-
-    B, H, q, D = query.shape
-    H_kv, n = keys.shape[1], keys.shape[2]
-    first = n - q
-    k = keys.float().transpose(-1, -2)[:, :, None]  # (B, H_kv, 1, D, n)
-    queries = query.view(B, H_kv, H // H_kv, q, D)
-    total = torch.zeros(B, H_kv, n, dtype=torch.float32, device=keys.device)
-    key_pos = torch.arange(n, device=keys.device)
-    block = prompt_block(n)
-    for s in range(0, q, block):
-        e = min(s + block, q)
-        logits = torch.matmul(queries[:, :, :, s:e].float(), k)  # (B, H_kv, G, e - s, n)
-        future = key_pos[None, :] > first + torch.arange(s, e, device=keys.device)[:, None]  # (e - s, n)
-        probs = torch.softmax(logits.mul_(scaling).masked_fill_(future, float("-inf")), dim=-1)
-        total += probs.sum(dim=3).mean(dim=2)
-        del logits, probs
-    return total

@@ -26,12 +26,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
+from snapstream_core.attention_sums import PROMPT_SCRATCH, prompt_block  # noqa: F401  (re-exported)
 from snapstream_core.methods.decode_base import CompactView, DecodeMethod
 
 if TYPE_CHECKING:
     import torch
 
-PROMPT_SCRATCH = 1 << 21  # query rows x keys of fp32 logits per head the prompt's attention sums hold at once
 
 
 @dataclass(frozen=True)
@@ -65,9 +65,3 @@ class H2O(DecodeMethod):
         if view.attn_sum is None:
             raise ValueError("compression=h2o: the prompt cut needs the prompt's attention (PrefillView.attn_sum)")
         return prefill_selection(self, view, attn_sum=view.attn_sum)
-
-
-def prompt_block(prompt_len: int) -> int:
-    """Query rows per block of the prompt's attention sums over ``prompt_len`` keys: ``PROMPT_SCRATCH / T``, between
-    1 and 64."""
-    return max(1, min(64, PROMPT_SCRATCH // max(prompt_len, 1)))
