@@ -152,6 +152,7 @@ class CompressedLayer(SlotIndex, CacheLayerMixin):
         B, H_kv, T, D = keys.shape
         Q = getattr(self.method, "query_window", 0)  # a decode-time method's query ring, seeded by the prompt
         self.query_tail = query[:, :, -Q:].clone() if Q else None
+        counts = None
         if not self.method.needs_selection(T):
             idx = torch.arange(T, device=keys.device).expand(B, H_kv, T)
             n_frozen = T
@@ -160,15 +161,24 @@ class CompressedLayer(SlotIndex, CacheLayerMixin):
             if skip is not None and moments is None:
                 moments = QueryMoments.of(query, positions, key_valid, skip, self.inv_freq)
             view = PrefillView(query=query, keys=keys, key_valid=key_valid, scaling=scaling, values=values,
-                               moments=moments, inv_freq=self.inv_freq)
+                               moments=moments, inv_freq=self.inv_freq, layer_idx=self.layer_idx,
+                               n_layers=self.stats.n_layers)
             sel = self.method.select(view)
             idx = sel.indices
             if idx is None:
                 idx = keep_indices(sel.scores, sel.n_keep, sel.n_frozen, key_valid)
             n_frozen = sel.n_frozen
+            counts = sel.counts
+            if counts is not None:  # ragged (to be ported onto the storage policy): every layer padded to the
+                pad = self.method.prefill_slots(T) - idx.shape[-1]  # method's largest count, slots past a head's
+                if pad > 0:  # count not valid, so that the engine's slot schedule agrees across layers
+                    idx = torch.cat([idx, idx.new_zeros(B, H_kv, pad)], dim=-1)
+                n_frozen = idx.shape[-1]
         n_keep = idx.shape[-1]
-        self.aligned = n_keep == T and bool((idx == torch.arange(T, device=idx.device)).all())
+        self.aligned = counts is None and n_keep == T and bool((idx == torch.arange(T, device=idx.device)).all())
         valid = key_valid[:, None, :].expand(B, H_kv, T).gather(-1, idx)
+        if counts is not None:
+            valid = valid & (torch.arange(n_keep, device=idx.device) < counts[..., None])
         pos = positions[:, None, :].expand(B, H_kv, T).gather(-1, idx)
         self.has_invalid = not bool(valid.all())
         self.next_pos = positions[:, -1] + 1

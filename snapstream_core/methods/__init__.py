@@ -10,12 +10,14 @@ result-row and summary columns and report labels (:func:`knob_names`), lm-eval `
 
 from dataclasses import fields
 
+from snapstream_core.methods.adakv import AdaKV
 from snapstream_core.methods.base import CompressionMethod
 from snapstream_core.methods.decode_base import DecodeMethod
 from snapstream_core.methods.expected_attention import ExpectedAttention
 from snapstream_core.methods.keydiff import KeyDiff
 from snapstream_core.methods.knorm import Knorm
 from snapstream_core.methods.none import NoCompression
+from snapstream_core.methods.pyramidkv import PyramidKV
 from snapstream_core.methods.rkv import RKV
 from snapstream_core.methods.snapkv import SnapKV
 from snapstream_core.methods.snapkv_decode import SnapKVDecode
@@ -36,6 +38,8 @@ METHODS: dict[str, type[CompressionMethod]] = {
     "rkv": RKV,
     "snapkv_decode": SnapKVDecode,
     "triattention": TriAttention,
+    "adakv": AdaKV,
+    "pyramidkv": PyramidKV,
 }
 
 
@@ -50,6 +54,6 @@ def knob_names() -> list[str]:
 
 
 __all__ = [
-    "METHODS", "knob_names", "CompressionMethod", "DecodeMethod", "ExpectedAttention", "KeyDiff", "Knorm",
-    "NoCompression", "RKV", "SnapKV", "SnapKVDecode", "SnapStream", "StreamingLLM", "TOVA", "TriAttention",
+    "METHODS", "knob_names", "AdaKV", "CompressionMethod", "DecodeMethod", "ExpectedAttention", "KeyDiff", "Knorm",
+    "NoCompression", "PyramidKV", "RKV", "SnapKV", "SnapKVDecode", "SnapStream", "StreamingLLM", "TOVA", "TriAttention",
 ]

@@ -33,7 +33,9 @@ class PrefillView:
     ``keys`` (B, H_kv, T, D) post-RoPE keys; ``key_valid`` (B, T) bool, False on left padding; ``scaling`` the
     attention scale (1/sqrt(D) for Llama); ``values`` (B, H_kv, T, D); ``moments`` the running moments of the pre-RoPE
     queries (:class:`snapstream_core.moments.QueryMoments`) when ``method.query_moments(T)`` asks for them, else None;
-    ``inv_freq`` (D/2,) the model's RoPE inverse frequencies (None when its angle is not linear in the position).
+    ``inv_freq`` (D/2,) the model's RoPE inverse frequencies (None when its angle is not linear in the position);
+    ``layer_idx`` this layer's index and ``n_layers`` the model's layer count (PyramidKV's per-layer budget; -1 and
+    0 when the caller does not say).
     """
 
     query: torch.Tensor
@@ -43,6 +45,8 @@ class PrefillView:
     values: torch.Tensor | None = None
     moments: Any = None
     inv_freq: torch.Tensor | None = None
+    layer_idx: int = -1
+    n_layers: int = 0
 
 
 @dataclass(frozen=True)
@@ -54,13 +58,16 @@ class Selection:
     frozen prefix and the rest seed the ring (StreamingLLM's recent tokens). ``indices`` (B, H_kv, n_keep) long,
     when given, are the kept tokens in the order the layer stores them (a method that orders its slots itself, as
     the decode-time methods store the references' score order); otherwise the kept tokens are stored in position
-    order.
+    order. ``counts`` (B, H_kv) long, when given, makes the keep *ragged*: head ``h`` of row ``b`` keeps
+    ``indices[b, h, :counts[b, h]]``, and ``indices[b, h, counts[b, h]:]`` is padding (in-range indices whose slots
+    the storage marks not valid); ``n_keep == indices.shape[-1]``, the largest count (AdaKV, PyramidKV).
     """
 
     scores: torch.Tensor
     n_keep: int
     n_frozen: int
     indices: torch.Tensor | None = None
+    counts: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
