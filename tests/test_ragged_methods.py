@@ -110,13 +110,11 @@ def test_a_ragged_layer_holds_its_counts_and_its_padding_is_not_valid(tiny_model
         assert held == [[method.layer_budget(T, i, 2)] * 2 for i in range(2)] and held[0][0] > held[1][0]
 
 
-@pytest.mark.parametrize("knobs", [["compression=adakv", "compression.prompt_budget=64", "compression.window=16"],
-                                   ["compression=adakv", "compression.scorer=tova", "compression.prompt_budget=64"],
+@pytest.mark.parametrize("knobs", [["compression=adakv", "compression.scorer=tova", "compression.prompt_budget=64"],
                                    ["compression=pyramidkv", "compression.prompt_budget=64",
-                                    "compression.window=16", "compression.beta=4"]], ids=["adakv", "adakv-tova",
-                                                                                          "pyramidkv"])
+                                    "compression.window=16", "compression.beta=4"]], ids=["adakv-tova", "pyramidkv"])
 def test_needle_on_tiny_llama_is_the_same_at_1_and_4_rows(tmp_path, knobs):
-    base = [*TINY, "task=needle", "task.context_tokens=256", "task.n_items=3", "gen.max_new_tokens=12", *knobs]
+    base = [*TINY, "task=needle", "task.context_tokens=256", "task.n_items=3", "gen.max_new_tokens=8", *knobs]
     got = {}
     for rows in (1, 4):
         out = run(compose_cfg([*base, f"gen.rows={rows}", f"hydra.run.dir={tmp_path / str(rows)}"]),

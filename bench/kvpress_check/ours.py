@@ -94,6 +94,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("folder", type=Path)
     p.add_argument("--rep", type=int, default=0)
+    p.add_argument("--select-only", action="store_true", help="record the kept positions (rep 0) and time nothing")
     a = p.parse_args()
     job = read_job(a.folder)
     model = load_model(job["model_dir"])
@@ -101,6 +102,8 @@ def main() -> None:
     ids = torch.tensor([job["ids"]])
     if a.rep == 0:
         record_selection(model, ids, job, a.folder)
+    if a.select_only:
+        return
     named = list(methods(job).items())
     k = a.rep % len(named)
     out = {}

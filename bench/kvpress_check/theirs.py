@@ -147,6 +147,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("folder", type=Path)
     p.add_argument("--rep", type=int, default=0)
+    p.add_argument("--select-only", action="store_true", help="record the kept positions (rep 0) and time nothing")
     a = p.parse_args()
     job = read_job(a.folder)
     model = load_model(job["model_dir"])
@@ -154,6 +155,8 @@ def main() -> None:
     ratio = ratio_for(ids.shape[-1], job["n_keep"])
     if a.rep == 0:
         record_selection(model, ids, job, ratio, a.folder)
+    if a.select_only:
+        return
     named = list(presses(job, ratio).items())
     k = a.rep % len(named)
     out = {}
