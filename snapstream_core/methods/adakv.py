@@ -19,6 +19,7 @@ slots allocated are the prompt's (:meth:`AdaKV.kept`) while the tokens held are 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
@@ -87,6 +88,11 @@ class AdaKV(CompressionMethod):
                                  f"here: {own})")
         resolve_prompt_budget(self, scorers[self.scorer].DEFAULT_PROMPT_BUDGET)
         self.scorer_method()  # the scorer checks its knobs (budget against window + sinks, pooling, ...)
+
+    @classmethod
+    def from_bench(cls, knobs: Mapping[str, Any]) -> AdaKV:
+        """On SnapKV as the bench times it (``sinks=0``): the bench's ``sinks`` are the ring methods'."""
+        return super().from_bench({k: v for k, v in knobs.items() if k != "sinks"})
 
     def scorer_method(self) -> CompressionMethod:
         """The scorer at this method's budget and its knobs (no decode ring: decoded tokens are appended)."""
