@@ -122,7 +122,7 @@ $(KVPRESS_STAMP): bench/kvpress_check/constraints.txt
 	$(KVPRESS_VENV)/bin/python -m pip check
 	touch $@
 
-kvpress-check: setup $(KVPRESS_STAMP) ## our SnapKV and prompt scorers vs their kvpress presses (positions, timings), in its own venv
+kvpress-check: setup $(KVPRESS_STAMP) ## our SnapKV, prompt scorers, AdaKV and PyramidKV vs their kvpress presses (positions, timings), in its own venv
 	$(PY) -m bench.kvpress_check.run --kvpress-python $(KVPRESS_VENV)/bin/python $(ARGS)
 
 VLLM_VENV := .venv-vllm

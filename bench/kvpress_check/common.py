@@ -29,6 +29,12 @@ def load_model(model_dir: str):
     return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="sdpa").eval()
 
 
+def keep_ratio(n_tokens: int, n_keep: int) -> float:
+    """The ``compression_ratio`` both sides use to keep ``n_keep`` of ``n_tokens`` (kvpress's ``int(T * (1 - r))``
+    is ``n_keep``; PyramidKV reads the float ``T * (1 - r)`` itself, so ours is built with the same ratio)."""
+    return 1 - (n_keep + 0.5) / n_tokens
+
+
 def selected_positions(scores: torch.Tensor, n_keep: int) -> list[list[int]]:
     """Sorted positions of the ``n_keep`` highest scores of each head: scores (H_kv, T) -> H_kv lists."""
     return [sorted(row.tolist()) for row in scores.topk(n_keep, dim=-1).indices]

@@ -11,15 +11,18 @@ import torch
 
 # Which of our methods is timed against which kvpress configuration.
 PAIRS = (("none", "none"), ("snapkv", "snapkv"), ("snapstream", "snapkv+decoding"), ("knorm", "knorm"),
-         ("tova", "tova"), ("keydiff", "keydiff"), ("expected_attention", "expected_attention"))  # fmt: skip
+         ("tova", "tova"), ("keydiff", "keydiff"), ("expected_attention", "expected_attention"),
+         ("adakv", "adakv"), ("pyramidkv", "pyramidkv"))  # fmt: skip
 # The disagreements a method may show: each must be a near-tie, a relative score gap below this.
 NEAR_TIE = 1e-5
 
 
 def head_rows(work: Path, method: str) -> list[dict]:
-    """Per (layer, KV head) of ``method``: kept positions in common, the largest relative score difference on the
-    positions both sides score (ours ``+inf`` marks what the method always keeps, kvpress's ``max + 1``), and for a
-    disagreement the largest relative gap between a disputed position's kvpress score and kvpress's cutoff."""
+    """Per (layer, KV head) of ``method``: positions kept by kvpress (``kept``: a count per layer for PyramidKV, per
+    head for AdaKV) and by ours, those in common, whether the two sets are identical, the largest relative score
+    difference on the positions both sides score (ours ``+inf`` marks what the method always keeps, kvpress's
+    ``max + 1``), and for a disagreement the largest relative gap between a disputed position's kvpress score and
+    the head's cutoff (its ``kept``-th highest kvpress score)."""
     ours = json.loads((work / "ours_selection.json").read_text())["kept"][method]
     theirs = json.loads((work / "theirs_selection.json").read_text())["kept"][method]
     s_ours = torch.load(work / f"ours_scores_{method}.pt")
@@ -29,15 +32,17 @@ def head_rows(work: Path, method: str) -> list[dict]:
         for head, (a, b) in enumerate(zip(lo, lt, strict=True)):
             so, st = s_ours[layer][head].double(), s_theirs[layer][head].double()
             scored = torch.isfinite(so)
-            n = len(a)
+            n = len(b)
             disputed = sorted(set(a) ^ set(b))
             rows.append({
                 "method": method,
                 "layer": layer,
                 "kv_head": head,
                 "kept": n,
+                "kept_ours": len(a),
                 "common": len(set(a) & set(b)),
-                "agree_pct": 100 * len(set(a) & set(b)) / n,
+                "identical": set(a) == set(b),
+                "agree_pct": 100 * len(set(a) & set(b)) / max(n, len(a), 1),
                 "score_max_rel_diff": float((so - st)[scored].abs().max() / st[scored].abs().max()),
                 "disputed_gap_rel": _disputed_gap(st, n, disputed) if disputed else 0.0,
             })  # fmt: skip
@@ -53,16 +58,18 @@ def _disputed_gap(scores: torch.Tensor, n_kept: int, disputed: list[int]) -> flo
 
 def summary(rows: list[dict]) -> dict:
     """One method's figures over its (layer, KV head) rows."""
-    kept = sum(r["kept"] for r in rows)
-    gaps = [r["disputed_gap_rel"] for r in rows if r["common"] < r["kept"]]
+    kept = sum(max(r["kept"], r["kept_ours"]) for r in rows)
+    gaps = [r["disputed_gap_rel"] for r in rows if not r["identical"]]
     return {
         "method": rows[0]["method"],
         "heads": len(rows),
-        "heads_identical": sum(r["common"] == r["kept"] for r in rows),
+        "heads_identical": sum(r["identical"] for r in rows),
         # heads whose every disputed position scores exactly kvpress's cutoff: equal scores, the tie broken
         # differently (both sides rank with torch.topk, which breaks a tie by the whole head's scores: see top_set)
-        "heads_identical_but_exact_ties": sum(r["common"] < r["kept"] and r["disputed_gap_rel"] == 0 for r in rows),
-        "kept_per_head": rows[0]["kept"],
+        "heads_identical_but_exact_ties": sum(not r["identical"] and r["disputed_gap_rel"] == 0 for r in rows),
+        "kept_per_head": sum(r["kept"] for r in rows) / len(rows),  # the mean (AdaKV, PyramidKV: a count each)
+        "kept_min": min(r["kept"] for r in rows),
+        "kept_max": max(r["kept"] for r in rows),
         "agree_pct": 100 * sum(r["common"] for r in rows) / kept,
         "worst_head_agree_pct": min(r["agree_pct"] for r in rows),
         "score_max_rel_diff": max(r["score_max_rel_diff"] for r in rows),

@@ -17,11 +17,12 @@ from pathlib import Path
 import torch
 
 import snapstream_core as ss
-from bench.kvpress_check.common import load_model, read_job, timed_run
+from bench.kvpress_check.common import keep_ratio, load_model, read_job, timed_run
+from snapstream_core.methods import AdaKV, PyramidKV
 from snapstream_core.methods.base import PrefillView, Selection
 
 # Our methods whose kept positions are compared with a kvpress press (compare.TWINS names the press).
-SCORED = ("snapkv", "knorm", "tova", "keydiff", "expected_attention")
+SCORED = ("snapkv", "knorm", "tova", "keydiff", "expected_attention", "adakv", "pyramidkv")
 
 
 def recording(cls: type[ss.CompressionMethod]) -> type[ss.CompressionMethod]:
@@ -46,20 +47,34 @@ def _snapkv_knobs(job: dict) -> dict:
 
 def _build(name: str, job: dict, record: bool = False) -> ss.CompressionMethod:
     """Our method ``name`` at kvpress's knobs: SnapKV with avg pooling, GQA mean, no sinks; the scorers with
-    kvpress's defaults (no sinks, ExpectedAttention's 4 sinks and 512 future positions), the same number kept."""
+    kvpress's defaults (no sinks, ExpectedAttention's 4 sinks and 512 future positions), the same number kept; AdaKV
+    on that SnapKV (``alpha_safeguard`` 0.2, kvpress's default); PyramidKV on that SnapKV at kvpress's
+    ``compression_ratio`` (its budgets read the float ``T * (1 - ratio)``) and the job's ``pyramid_beta``."""
     n = job["n_keep"]
     classes = {"snapkv": ss.SnapKV, "knorm": ss.Knorm, "tova": ss.TOVA, "keydiff": ss.KeyDiff,
-               "expected_attention": ss.ExpectedAttention}  # fmt: skip
+               "expected_attention": ss.ExpectedAttention, "adakv": AdaKV, "pyramidkv": PyramidKV}  # fmt: skip
     if name == "snapstream":
         return ss.SnapStream(**_snapkv_knobs(job), recent=job["recent"])
     if name == "none":
         return ss.NoCompression()
     cls = recording(classes[name]) if record else classes[name]
+    if name == "adakv":
+        return cls(scorer="snapkv", alpha_safeguard=0.2, **_snapkv_knobs(job))
+    if name == "pyramidkv":
+        knobs = {**_snapkv_knobs(job), "prompt_budget": None}
+        return cls(**knobs, ratio=keep_ratio(len(job["ids"]), n), beta=job["pyramid_beta"])
     return cls(**_snapkv_knobs(job)) if name == "snapkv" else cls(prompt_budget=n)
 
 
 def methods(job: dict) -> dict[str, ss.CompressionMethod]:
     return {name: _build(name, job) for name in ("none", "snapkv", "snapstream", *SCORED[1:])}
+
+
+def kept_positions(layer) -> list[list[int]]:
+    """Sorted positions each KV head of row 0 of a prefilled layer holds (its valid slots: a ragged layer's padding
+    left out)."""
+    valid = layer.valid[0] if layer.valid is not None else torch.ones_like(layer.pos[0], dtype=torch.bool)
+    return [sorted(p[v].tolist()) for p, v in zip(layer.pos[0], valid, strict=True)]
 
 
 @torch.no_grad()
@@ -69,8 +84,8 @@ def record_selection(model, ids: torch.Tensor, job: dict, folder: Path) -> None:
         method = _build(name, job, record=True)
         cache = ss.make_cache(model, method)
         model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
-        kept[name] = [[sorted(row.tolist()) for row in layer.pos[0]] for layer in cache.layers]  # (L, H_kv, n)
-        scale = job["window"] if name == "snapkv" else 1
+        kept[name] = [kept_positions(layer) for layer in cache.layers]  # (L, H_kv, n)
+        scale = job["window"] if name in ("snapkv", "adakv", "pyramidkv") else 1
         torch.save([(s / scale).cpu() for s in method.record], folder / f"ours_scores_{name}.pt")
     (folder / "ours_selection.json").write_text(json.dumps({"kept": kept}))
 
@@ -79,6 +94,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("folder", type=Path)
     p.add_argument("--rep", type=int, default=0)
+    p.add_argument("--select-only", action="store_true", help="record the kept positions (rep 0) and time nothing")
     a = p.parse_args()
     job = read_job(a.folder)
     model = load_model(job["model_dir"])
@@ -86,6 +102,8 @@ def main() -> None:
     ids = torch.tensor([job["ids"]])
     if a.rep == 0:
         record_selection(model, ids, job, a.folder)
+    if a.select_only:
+        return
     named = list(methods(job).items())
     k = a.rep % len(named)
     out = {}

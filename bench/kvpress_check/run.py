@@ -2,9 +2,9 @@
 
 Builds one long prompt (a needle item of the harness, SmolLM2's chat template), writes the job, runs our side and
 kvpress's side alternately (``--reps`` times, each in a fresh process), and writes into ``--out``:
-``kvpress_agreement.csv`` (one row per method with a kvpress twin: SnapKV, Knorm, TOVA, KeyDiff, ExpectedAttention;
-its agreement and, beside it, its prefill times), ``kvpress_agreement_heads.csv`` (per method, layer and KV head),
-``kvpress_timing.csv`` (every timed pair) and ``kvpress.md``.
+``kvpress_agreement.csv`` (one row per method with a kvpress twin: SnapKV, Knorm, TOVA, KeyDiff, ExpectedAttention,
+AdaKV (on SnapKV), PyramidKV; its agreement and, beside it, its prefill times), ``kvpress_agreement_heads.csv``
+(per method, layer and KV head), ``kvpress_timing.csv`` (every timed pair) and ``kvpress.md``.
 """
 
 from __future__ import annotations
@@ -56,6 +56,9 @@ def agreement_rows(work: Path, times: list[dict]) -> tuple[list[dict], list[dict
     for method in SCORED:
         rows = head_rows(work, method)
         heads += rows
+        if not times:  # --reps 0: the positions only
+            table.append(summary(rows))
+            continue
         t = by_ours[method]
         table.append({**summary(rows), "ours_prefill_s": t["ours_prefill_s"],
                       "kvpress_prefill_s": t["kvpress_prefill_s"],
@@ -72,26 +75,38 @@ def markdown(table: list[dict], times: list[dict], job: dict, load: tuple[float,
         f"(kvpress: the compression ratio that keeps that many). SnapKV: window {job['window']}, kernel "
         f"{job['kernel']} (avg pooling), GQA mean (ours: `SnapKV(pooling='avg', gqa_agg='mean', sinks=0)`). Knorm, "
         "TOVA, KeyDiff, ExpectedAttention: kvpress's defaults (no sinks; ExpectedAttention 4 sinks, 512 future "
-        "positions), ours `Knorm/TOVA/KeyDiff/ExpectedAttention(prompt_budget=...)` at their defaults.",
+        "positions), ours `Knorm/TOVA/KeyDiff/ExpectedAttention(prompt_budget=...)` at their defaults. AdaKV: "
+        "`AdaKVPress(SnapKVPress(...))` at its default `alpha_safeguard` 0.2, ours `AdaKV(scorer='snapkv', ...)` with "
+        f"SnapKV's knobs above (a count per KV head, {job['n_keep']} on average). PyramidKV: `PyramidKVPress` with "
+        f"SnapKV's window and kernel and `beta={job['pyramid_beta']}`, ours `PyramidKV(ratio=..., "
+        f"beta={job['pyramid_beta']})` at kvpress's compression ratio (a count per layer, "
+        f"{job['n_keep']} on average).",
         "",
         f"Agreement of the kept positions, per (layer, KV head); a disagreement is a near-tie when its kvpress score "
-        f"is within {NEAR_TIE:g} (relative) of kvpress's cutoff. Prefill seconds are medians of {times[0]['reps']} "
-        f"interleaved reps (load average {load[0]} → {load[1]}); ÷ our SnapKV is the median ratio to our SnapKV's "
-        "prefill in the same process:",
+        f"is within {NEAR_TIE:g} (relative) of kvpress's cutoff"
+        + (f". Prefill seconds are medians of {times[0]['reps']} interleaved reps (load average {load[0]} → "
+           f"{load[1]}); ÷ our SnapKV is the median ratio to our SnapKV's prefill in the same process:" if times
+           else " (`--reps 0`: nothing timed):"),
         "",
-        "| method | heads identical | + differing only in exact ties | positions in common | worst head "
-        "| largest rel. score diff | largest disputed gap | near-ties | prefill s ours / kvpress | ÷ kvpress "
-        "| ÷ our SnapKV |",
-        "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|",
+        "| method | kept per head (min–max) | heads identical | + differing only in exact ties | positions in common "
+        "| worst head | largest rel. score diff | largest disputed gap | near-ties"
+        + (" | prefill s ours / kvpress | ÷ kvpress | ÷ our SnapKV |" if times else " |"),
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|" + ("---:|---:|---:|" if times else ""),
     ]
     for r in table:
-        lines.append(
-            f"| {r['method']} | {r['heads_identical']}/{r['heads']} | {r['heads_identical_but_exact_ties']} "
+        line = (
+            f"| {r['method']} | {r['kept_min']}–{r['kept_max']} | {r['heads_identical']}/{r['heads']} "
+            f"| {r['heads_identical_but_exact_ties']} "
             f"| {r['agree_pct']:.3f}% "
             f"| {r['worst_head_agree_pct']:.2f}% | {r['score_max_rel_diff']:.2e} | {r['disputed_gap_rel_max']:.2e} "
-            f"| {r['disagreements_near_ties']} | {r['ours_prefill_s']:.3f} / {r['kvpress_prefill_s']:.3f} "
-            f"| {r['prefill_ours_over_kvpress']:.3f} | {r['prefill_over_our_snapkv']:.3f} |"
+            f"| {r['disagreements_near_ties']} |"
         )
+        if times:
+            line += (f" {r['ours_prefill_s']:.3f} / {r['kvpress_prefill_s']:.3f} "
+                     f"| {r['prefill_ours_over_kvpress']:.3f} | {r['prefill_over_our_snapkv']:.3f} |")
+        lines.append(line)
+    if not times:
+        return "\n".join(lines) + "\n"
     lines += [
         "",
         f"Timing ({job['steps']} greedy decode steps, the same loop on both sides):",
@@ -118,9 +133,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--window", type=int, default=64, help="kvpress's default window_size")
     p.add_argument("--kernel", type=int, default=5, help="kvpress's default kernel_size")
     p.add_argument("--recent", type=int, default=256, help="ring of our snapstream")
+    p.add_argument("--pyramid-beta", type=int, default=8,
+                   help="PyramidKV's beta (kvpress's default 20 falls back to SnapKV's budget below 20 windows kept)")
     p.add_argument("--decode-interval", type=int, default=16, help="kvpress DecodingPress compression_interval")
     p.add_argument("--steps", type=int, default=32)
-    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--reps", type=int, default=3, help="timed reps; 0: the kept positions only (one untimed pass)")
     p.add_argument("--work", type=Path, default=REPO / ".cache" / "kvpress-check")
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results")
     a = p.parse_args(argv)
@@ -128,19 +145,22 @@ def main(argv: list[str] | None = None) -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     model_dir, ids = build_prompt(a.context_tokens)
     job = dict(model_dir=model_dir, ids=ids, n_keep=a.n_keep, window=a.window, kernel=a.kernel, recent=a.recent,
-               decode_interval=a.decode_interval, steps=a.steps)  # fmt: skip
+               decode_interval=a.decode_interval, steps=a.steps, pyramid_beta=a.pyramid_beta)  # fmt: skip
     (a.work / JOB).write_text(json.dumps(job))
     load_start = round(os.getloadavg()[0], 2)
-    for rep in range(a.reps):
+    only = [] if a.reps else ["--select-only"]
+    for rep in range(max(a.reps, 1)):
         print(f"rep {rep}: ours, then kvpress", flush=True)
-        _run([sys.executable, "-m", "bench.kvpress_check.ours", str(a.work), "--rep", str(rep)])
-        _run([a.kvpress_python, str(REPO / "bench" / "kvpress_check" / "theirs.py"), str(a.work), "--rep", str(rep)])
+        _run([sys.executable, "-m", "bench.kvpress_check.ours", str(a.work), "--rep", str(rep), *only])
+        _run([a.kvpress_python, str(REPO / "bench" / "kvpress_check" / "theirs.py"), str(a.work), "--rep", str(rep),
+              *only])  # fmt: skip
     load = (load_start, round(os.getloadavg()[0], 2))
-    times = timing(a.work, a.reps)
+    times = timing(a.work, a.reps) if a.reps else []
     table, heads = agreement_rows(a.work, times)
     write_csv(a.out / "kvpress_agreement.csv", table, list(table[0]))
     write_csv(a.out / "kvpress_agreement_heads.csv", heads, list(heads[0]))
-    write_csv(a.out / "kvpress_timing.csv", times, list(times[0]))
+    if times:
+        write_csv(a.out / "kvpress_timing.csv", times, list(times[0]))
     text = markdown(table, times, job, load)
     (a.out / "kvpress.md").write_text(text)
     print(text)

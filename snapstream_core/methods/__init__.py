@@ -10,6 +10,7 @@ result-row and summary columns and report labels (:func:`knob_names`), lm-eval `
 
 from dataclasses import fields
 
+from snapstream_core.methods.adakv import AdaKV
 from snapstream_core.methods.base import CompressionMethod
 from snapstream_core.methods.decode_base import DecodeMethod
 from snapstream_core.methods.expected_attention import ExpectedAttention
@@ -17,6 +18,7 @@ from snapstream_core.methods.h2o import H2O
 from snapstream_core.methods.keydiff import KeyDiff
 from snapstream_core.methods.knorm import Knorm
 from snapstream_core.methods.none import NoCompression
+from snapstream_core.methods.pyramidkv import PyramidKV
 from snapstream_core.methods.random_evict import RandomEvict
 from snapstream_core.methods.rkv import RKV
 from snapstream_core.methods.snapkv import SnapKV
@@ -40,6 +42,8 @@ METHODS: dict[str, type[CompressionMethod]] = {
     "triattention": TriAttention,
     "random": RandomEvict,
     "h2o": H2O,
+    "adakv": AdaKV,
+    "pyramidkv": PyramidKV,
 }
 
 
@@ -54,7 +58,7 @@ def knob_names() -> list[str]:
 
 
 __all__ = [
-    "METHODS", "knob_names", "CompressionMethod", "DecodeMethod", "ExpectedAttention", "H2O", "KeyDiff", "Knorm",
-    "NoCompression", "RKV", "RandomEvict", "SnapKV", "SnapKVDecode", "SnapStream", "StreamingLLM", "TOVA",
-    "TriAttention",
+    "METHODS", "knob_names", "AdaKV", "CompressionMethod", "DecodeMethod", "ExpectedAttention", "H2O", "KeyDiff",
+    "Knorm", "NoCompression", "PyramidKV", "RKV", "RandomEvict", "SnapKV", "SnapKVDecode", "SnapStream",
+    "StreamingLLM", "TOVA", "TriAttention",
 ]
