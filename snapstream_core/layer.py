@@ -343,6 +343,13 @@ class RaggedLayer(AppendLayer):
         if counts.shape != (B, H_kv) or bool((counts < 0).any()) or bool((counts > n_keep).any()):
             raise ValueError(f"compression.method: {self.method.method}'s Selection.counts must be (B, H_kv) = "
                              f"({B}, {H_kv}) in [0, {n_keep}], got {tuple(counts.shape)}")
+        cap = self.method.prefill_slots(keys.shape[-2])  # the policy's padded slots: every layer allocates them
+        if n_keep < cap:  # the slots past this layer's largest count: padding (index 0, never valid)
+            extra = cap - n_keep
+            idx = torch.cat([idx, idx.new_zeros(B, H_kv, extra)], dim=-1)
+            valid = torch.cat([valid, valid.new_zeros(B, H_kv, extra)], dim=-1)
+            pos = torch.cat([pos, pos.new_zeros(B, H_kv, extra)], dim=-1)
+            n_keep, n_frozen, self.aligned = cap, cap, False
         padding = torch.arange(n_keep, device=idx.device) >= counts[..., None]  # (B, H_kv, n_keep)
         if bool(padding.any()):
             self.aligned = False

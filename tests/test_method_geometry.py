@@ -24,9 +24,10 @@ def test_ratio_slots_follow_the_prompt_not_an_unbounded_one():
 def test_query_rows_and_moments_the_selection_reads(method, T):
     """What the prefill keeps for the selection (the slots and entries held are the storage policy's:
     ``tests/test_policies.py`` checks them against a real prefill)."""
-    window = min(method.window, T) if hasattr(method, "window") else int(method.method == "tova")
+    scorer = method.scorer_method() if hasattr(method, "scorer_method") else method  # adakv reads its scorer's
+    window = min(scorer.window, T) if hasattr(scorer, "window") else int(scorer.method == "tova")
     assert method.query_rows(T) == (window if method.needs_selection(T) else 0)
-    expected_moments = method.sinks if method.method == "expected_attention" and method.needs_selection(T) else None
+    expected_moments = scorer.sinks if scorer.method == "expected_attention" and method.needs_selection(T) else None
     assert method.query_moments(T) == expected_moments
 
 

@@ -82,7 +82,9 @@ def test_pyramidkv_budgets_decrease_with_depth_to_the_same_mean():
     budgets = [m.layer_budget(3000, layer, 32) for layer in range(32)]
     assert budgets[0] == round(2 * 1024 - 1024 / 20) == 1997 and budgets[-1] == round(1024 / 20) == 51
     assert all(a > b for a, b in zip(budgets, budgets[1:])) and sum(budgets) == 1024 * 32
-    assert m.kept(3000) == 1997 and m.tokens_held(3000, 5) == 1029 and m.slots(3000, 10) == 1997 + 9
+    # held: the mean budget; allocated: every layer padded to layer 0's (the ragged policy)
+    assert m.kept(3000) == 1024 and m.tokens_held(3000, 5) == 1029
+    assert m.kept_cap(3000) == m.prefill_slots(3000) == 1997 and m.slots(3000, 10) == 1997 + 9
     clamped = [m.layer_budget(1200, layer, 2) for layer in range(2)]  # max = T - window = 1168, min = 2048 - 1168
     assert clamped == [1168, 880]
     flat = PyramidKV(prompt_budget=256, window=32, beta=20)  # 256 / 20 < 32: kvpress falls back to SnapKV's budget
@@ -100,7 +102,7 @@ def test_a_ragged_layer_holds_its_counts_and_its_padding_is_not_valid(tiny_model
     cache, _ = prefill_prompt(tiny_model, torch.tensor([ids]), method)
     held = [layer.valid[0].sum(-1).tolist() for layer in cache.layers]  # (L, H_kv) valid slots
     for layer in cache.layers:
-        assert layer.keys.shape[-2] == method.kept(T) == method.prefill_slots(T)  # every layer: the same slots
+        assert layer.keys.shape[-2] == method.prefill_slots(T)  # every layer: the policy's padded slots
         for h in range(layer.valid.shape[1]):  # a head's valid slots: distinct positions, first in its storage
             n = int(layer.valid[0, h].sum())
             assert layer.valid[0, h, :n].all() and len(set(layer.pos[0, h, :n].tolist())) == n

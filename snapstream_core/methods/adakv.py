@@ -37,12 +37,18 @@ SCORER_KNOBS = ("window", "kernel", "pooling", "gqa_agg", "sinks", "n_future")
 
 
 def prompt_scorers() -> dict[str, type[CompressionMethod]]:
-    """The registered methods AdaKV can rank with: SnapKV and every prompt scorer (kvpress's ``ScorerPress``es)."""
-    from snapstream_core.methods import METHODS
+    """The methods AdaKV can rank with: SnapKV and every prompt scorer (kvpress's ``ScorerPress``es), by name: the
+    subclasses of :class:`PromptScorer` (found by the class tree, not the registry, which imports this module)."""
     from snapstream_core.methods.scorer import PromptScorer
     from snapstream_core.methods.snapkv import SnapKV
 
-    return {name: cls for name, cls in METHODS.items() if cls is SnapKV or issubclass(cls, PromptScorer)}
+    found: dict[str, type[CompressionMethod]] = {SnapKV.method: SnapKV}
+    todo = [PromptScorer]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            found.setdefault(sub.method, sub)
+            todo.append(sub)
+    return found
 
 
 @dataclass(frozen=True)
