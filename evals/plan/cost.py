@@ -7,8 +7,10 @@
   token per step and a finished row is refilled at once (row retirement), so the job takes
   ``samples * mean_tokens / rows`` steps plus, at its end, up to ``max_new_tokens`` steps of the last straggler.
   A step (:func:`step_terms`) reads the weights, each row's KV (a ring: all its slots; an appending method: its
-  filled slots, on average over the job's time, rounded up to the read block) and writes and reads the logits and
-  sampling temporaries, at ``hbm_bytes_per_s * bandwidth_efficiency``; **plus** its FLOPs (every row times the
+  filled slots, on average over the job's time, rounded up to the read block), writes the logits and moves what
+  the sampling's ops read and write (``job.sampling_traffic`` bytes per vocabulary entry: counted per op on CPU,
+  ``memory.sampling_traffic_per_entry``; 424 with temperature, top-k and top-p, 4 greedy), at
+  ``hbm_bytes_per_s * bandwidth_efficiency``; **plus** its FLOPs (every row times the
   weights, and attention over the filled KV) at the prefill's utilisation; plus ``step_overhead_s``. At 250-500
   rows both terms count, so they add rather than overlap.
 - The average fill of an appending row over time is ``kept prompt + E[L^2] / (2 E[L])`` for generation lengths
@@ -24,7 +26,7 @@ from dataclasses import dataclass
 
 from evals.plan.device import H100, Device
 from evals.plan.job import Job, method_of
-from snapstream_core.memory import FLOAT32, SAMPLING_BYTES_PER_ENTRY
+from snapstream_core.memory import FLOAT32
 
 # Squared coefficient of variation of the generated lengths: exp(0.6^2) - 1 for a lognormal with sigma 0.6 (an
 # assumed spread of reasoning-trace lengths). Estimate until a run's gen_tokens columns replace it.
@@ -73,7 +75,7 @@ def step_terms(job: Job, rows: int, device: Device = H100) -> dict[str, float]:
     """Seconds of one decode step of ``rows`` rows, by term: bytes moved, FLOPs, overhead."""
     s = job.shape
     read = read_slots(job, device)
-    sampling = 2 * rows * s.vocab * (FLOAT32 + SAMPLING_BYTES_PER_ENTRY)  # written once, read once
+    sampling = rows * s.vocab * (FLOAT32 + job.sampling_traffic)  # logits written; the sampling's ops' reads, writes
     bytes_moved = s.weight_bytes + rows * read * s.kv_bytes_per_token + sampling
     flops = 2 * s.n_params * rows + 4 * rows * read * s.n_layers * s.n_heads * s.head_dim
     return {

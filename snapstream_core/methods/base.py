@@ -120,10 +120,10 @@ class CompressionMethod:
 
     def row_memory(self, prompt_len: int, slots: int) -> dict[str, int]:
         """What a decode row holds beyond its K/V for this method, for the memory model (``memory.job_terms``):
-        ``compacts`` (1: slot positions and a compaction), ``query_ring`` (queries per layer), ``pairs`` (key
-        pairs per KV head a compaction of ``slots`` slots scores pairwise) and ``prefill_pairs`` (those of the
-        prompt cut). None by default."""
-        return {"compacts": 0, "query_ring": 0, "pairs": 0, "prefill_pairs": 0}
+        ``compacts`` (1: slot positions and a compaction), ``query_ring`` (queries per layer) and ``prefill_pairs``
+        (key pairs per KV head the prompt cut scores pairwise); a compaction's scoring is the decode-time method's
+        ``compaction_scratch``. None by default."""
+        return {"compacts": 0, "query_ring": 0, "prefill_pairs": 0}
 
     def mean_tokens_held(self, prompt_len: int, gen_tokens: int) -> float:
         """Mean of ``tokens_held(T, k)`` over decoding steps ``k = 1..gen_tokens`` (``tokens_held(T, 0)`` when
