@@ -218,36 +218,53 @@ def timed_run(model, method, new: int, compile: bool) -> tuple[float, float]:
     return time.perf_counter() - start, engine.stats.first_step_s
 
 
-def compile_seconds(model, method, new: int = 24) -> dict[str, float]:
-    """Compile seconds of the engine's graphs for ``model`` and ``method`` (inductor, CPU): the first compiled run's
-    wall less a second one in the same process (its graphs cached), and the first step's own seconds (the decode
-    step's compile) less a later run's. ``torch._dynamo.reset()`` before, so nothing is cached from earlier."""
-    torch._dynamo.reset()
-    first, first_step = timed_run(model, method, new, compile=True)
-    again, again_step = timed_run(model, method, new, compile=True)
-    torch._dynamo.reset()
+def compile_case(layers: int, method_name: str, dims: dict) -> dict[str, float]:
+    """Compile seconds of the engine's graphs for a random Llama of ``layers`` layers (``dims``: its widths) and
+    ``method_name`` at default knobs but a small budget (inductor, CPU): the first compiled run's wall less a second
+    one in the same process (its graphs cached), and the first step's own seconds (the decode step's compile) less
+    the second run's. Run it in a fresh process with an empty inductor cache (:func:`compile_rows` does): inductor
+    keeps compiled kernels and graphs on disk, and a warm cache hides most of the cost."""
+    from snapstream_core.methods import METHODS, DecodeMethod
+
+    cls = METHODS[method_name]
+    method = cls(budget=48, interval=16) if issubclass(cls, DecodeMethod) else cls()
+    model = llama(layers, **dims)
+    first, first_step = timed_run(model, method, 24, compile=True)
+    again, again_step = timed_run(model, method, 24, compile=True)
     return {"compile_s": round(first - again, 2), "step_compile_s": round(first_step - again_step, 2),
             "run_s": round(again, 2)}
 
 
-def compile_rows(layers=(2, 4, 8)) -> list[dict]:
-    """Compile seconds of the decode step alone (``none``) and with a compaction (``rkv``) for tiny_llama's shape at
-    ``layers`` layers, and SmolLM2-135M's widths at the smallest count, beside the planner's CPU figure."""
-    from evals.plan.compile_time import CPU_COMPILE_S_PER_GRAPH, CPU_COMPILE_S_PER_LAYER, compile_seconds_cpu
-    from snapstream_core.methods import METHODS
+SMOLLM2_WIDTHS = dict(hidden=576, heads=9, kv_heads=3, intermediate=1536, vocab=49152)
 
-    cases = [("tiny_llama", n, {}) for n in layers]
-    cases.append(("smollm2_widths", layers[0], dict(hidden=576, heads=9, kv_heads=3, intermediate=1536,
-                                                    vocab=49152)))
+
+def compile_rows(layers=(2, 4, 8), methods=("none", "rkv")) -> list[dict]:
+    """:func:`compile_case` of the decode step alone (``none``) and with a compaction (``rkv``) for tiny_llama's
+    widths at ``layers`` layers, and SmolLM2-135M's widths at the smallest count, each in a fresh process with an
+    empty inductor cache (``TORCHINDUCTOR_CACHE_DIR``, FX graph cache off), beside the planner's CPU figure."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from evals.plan.compile_time import CPU_COMPILE_S_PER_GRAPH, CPU_COMPILE_S_PER_LAYER, cpu_compile_seconds
+
+    cases = [("tiny_llama", n, {}) for n in layers] + [("smollm2_widths", layers[0], SMOLLM2_WIDTHS)]
     out = []
     for shape, n, dims in cases:
-        model = llama(n, **dims)
-        for name, method in (("none", METHODS["none"]()), ("rkv", METHODS["rkv"](budget=48, interval=16))):
-            got = compile_seconds(model, method)
-            graphs = 2 if name == "rkv" else 1
+        for name in methods:
+            with tempfile.TemporaryDirectory() as cache:
+                env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache, "TORCHINDUCTOR_FX_GRAPH_CACHE": "0",
+                       "TORCHINDUCTOR_AUTOGRAD_CACHE": "0"}
+                code = (f"import json; from bench.planner_terms import compile_case; "
+                        f"print(json.dumps(compile_case({n}, {name!r}, {dims!r})))")
+                done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                                      check=True)
+            got = json.loads(done.stdout.strip().splitlines()[-1])
+            graphs = 2 if name != "none" else 1
             out.append({"model": shape, "layers": n, "method": name, "graphs": graphs, **got,
-                        "modelled_cpu_s": round(compile_seconds_cpu(n, graphs), 2),
-                        "per_layer_s": CPU_COMPILE_S_PER_LAYER, "per_graph_s": CPU_COMPILE_S_PER_GRAPH})
+                        "modelled_cpu_s": round(cpu_compile_seconds(n, graphs), 1),
+                        "per_graph_s": CPU_COMPILE_S_PER_GRAPH, "per_layer_s": CPU_COMPILE_S_PER_LAYER})
             log.info("%s", out[-1])
     return out
 

@@ -13,6 +13,8 @@
   ``hbm_bytes_per_s * bandwidth_efficiency``; **plus** its FLOPs (every row times the
   weights, and attention over the filled KV) at the prefill's utilisation; plus ``step_overhead_s``. At 250-500
   rows both terms count, so they add rather than overlap.
+- Compile: each run (each shard: its own process) compiles its graphs once, :func:`evals.plan.compile_time.
+  compile_seconds` (measured on CPU; the GPU figure is derived from it by an assumed factor).
 - The average fill of an appending row over time is ``kept prompt + E[L^2] / (2 E[L])`` for generation lengths
   ``L``: a long sample spends more steps, at larger fills. With lengths spread as reasoning traces are (lognormal,
   sigma ~0.6: ``E[L^2] = E[L]^2 * (1 + GEN_LENGTH_CV2)``) that is ``kept + mean_new * (1 + GEN_LENGTH_CV2) / 2``,
@@ -24,6 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from evals.plan.compile_time import compile_seconds
 from evals.plan.device import H100, Device
 from evals.plan.job import Job, method_of
 from snapstream_core.memory import FLOAT32
@@ -39,10 +42,11 @@ class Cost:
     decode_steps: int
     step_s: float
     decode_tokens: int
+    compile_s: float = 0.0  # the run's graphs compiled once (evals.plan.compile_time)
 
     @property
     def seconds(self) -> float:
-        return self.prefill_s + self.decode_steps * self.step_s
+        return self.compile_s + self.prefill_s + self.decode_steps * self.step_s
 
     @property
     def gpu_hours(self) -> float:
@@ -95,4 +99,5 @@ def job_cost(job: Job, rows: int, device: Device = H100) -> Cost:
     prefill = job.n_items * prefill_flops(job) / (device.bf16_flops * device.prefill_mfu)
     tokens = round(job.total_samples * job.gen_fraction * job.max_new_tokens)
     steps = math.ceil(tokens / rows) + (job.max_new_tokens if rows > 1 else 0)
-    return Cost(prefill_s=prefill, decode_steps=steps, step_s=step_seconds(job, rows, device), decode_tokens=tokens)
+    return Cost(prefill_s=prefill, decode_steps=steps, step_s=step_seconds(job, rows, device), decode_tokens=tokens,
+                compile_s=compile_seconds(job))
