@@ -238,18 +238,20 @@ def compile_case(layers: int, method_name: str, dims: dict) -> dict[str, float]:
 SMOLLM2_WIDTHS = dict(hidden=576, heads=9, kv_heads=3, intermediate=1536, vocab=49152)
 
 
-def compile_rows(layers=(2, 4, 8), methods=("none", "rkv")) -> list[dict]:
+def compile_rows(layers=(2, 4), methods=("none", "rkv"), widths: bool = True) -> list[dict]:
     """:func:`compile_case` of the decode step alone (``none``) and with a compaction (``rkv``) for tiny_llama's
-    widths at ``layers`` layers, and SmolLM2-135M's widths at the smallest count, each in a fresh process with an
-    empty inductor cache (``TORCHINDUCTOR_CACHE_DIR``, FX graph cache off), beside the planner's CPU figure."""
+    widths at ``layers`` layers, and (``widths``) SmolLM2-135M's widths at the smallest count, each in a fresh
+    process with an empty inductor cache (``TORCHINDUCTOR_CACHE_DIR``, FX graph cache off), beside the planner's CPU
+    figure."""
     import json
     import os
     import subprocess
     import sys
 
-    from evals.plan.compile_time import CPU_COMPILE_S_PER_GRAPH, CPU_COMPILE_S_PER_LAYER, cpu_compile_seconds
+    from evals.plan.compile_time import cpu_compile_seconds
 
-    cases = [("tiny_llama", n, {}) for n in layers] + [("smollm2_widths", layers[0], SMOLLM2_WIDTHS)]
+    cases = [("tiny_llama", n, {}) for n in layers]
+    cases += [("smollm2_widths", layers[0], SMOLLM2_WIDTHS)] if widths else []
     out = []
     for shape, n, dims in cases:
         for name in methods:
@@ -261,10 +263,9 @@ def compile_rows(layers=(2, 4, 8), methods=("none", "rkv")) -> list[dict]:
                 done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                                       check=True)
             got = json.loads(done.stdout.strip().splitlines()[-1])
-            graphs = 2 if name != "none" else 1
-            out.append({"model": shape, "layers": n, "method": name, "graphs": graphs, **got,
-                        "modelled_cpu_s": round(cpu_compile_seconds(n, graphs), 1),
-                        "per_graph_s": CPU_COMPILE_S_PER_GRAPH, "per_layer_s": CPU_COMPILE_S_PER_LAYER})
+            compaction = name != "none"
+            out.append({"model": shape, "layers": n, "method": name, "graphs": 1 + compaction, **got,
+                        "modelled_cpu_s": round(cpu_compile_seconds(n, compaction), 1)})
             log.info("%s", out[-1])
     return out
 
@@ -284,7 +285,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", default=str(OUT))
     p.add_argument("--sampling-shapes", default=",".join(f"{r}x{v}" for r, v in SAMPLING_SHAPES),
                    help="rows x vocab of the sampling calls, comma-separated")
-    p.add_argument("--layers", default="2,4,8", help="layer counts of the compile timings, comma-separated")
+    p.add_argument("--layers", default="2,4", help="layer counts of the compile timings, comma-separated")
+    p.add_argument("--compile-methods", default="none,rkv", help="methods of the compile timings, comma-separated")
+    p.add_argument("--no-widths", action="store_true", help="no compile timing at SmolLM2-135M's widths")
     args = p.parse_args(argv)
     sampling_shapes = [tuple(int(x) for x in shape.split("x")) for shape in args.sampling_shapes.split(",")]
     layers = tuple(int(x) for x in args.layers.split(","))
@@ -295,7 +298,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.only in (None, "compaction"):
         write_csv(compaction_rows(), out / "compaction.csv")
     if args.only in (None, "compile"):
-        write_csv(compile_rows(layers), out / "compile.csv")
+        write_csv(compile_rows(layers, tuple(args.compile_methods.split(",")), not args.no_widths),
+                  out / "compile.csv")
 
 
 if __name__ == "__main__":
