@@ -111,6 +111,7 @@ ORDER_SLOT_BYTES = 48
 # the pooled output's indices), the most seen in the trackings of bench/planner_terms.py.
 SCORE_SLOT_SLACK = 16
 
+
 def pair_bytes(dtype_bytes: int) -> int:
     """Bytes per key pair of a pairwise scoring: the similarity and :data:`PAIR_EXTRA_BYTES`."""
     return dtype_bytes + PAIR_EXTRA_BYTES

@@ -1,14 +1,14 @@
 """Compile seconds of a job's graphs (``gen.compile``): the decode step, and a decode-time method's compaction.
 
 Measured on CPU only (``python -m bench.planner_terms --only compile``: torch inductor, a cold cache, random-weight
-Llama models of a few layer counts, ``bench/results/planner_terms/compile.csv``): a fixed part per graph and a part
-per layer (inductor lowers and schedules every layer's ops; identical kernels are generated once), for the decode
-step's graph and for the compaction's. :func:`cpu_compile_seconds` is that line.
+Llama models of a few layer counts, ``bench/results/planner_terms/compile.csv``), in CPU seconds of one core: a
+fixed part and a part per layer (inductor lowers and schedules every layer's ops; identical kernels are generated
+once), for the decode step's graph and for the compaction's. :func:`cpu_compile_seconds` is that line.
 
 On a GPU the same graphs go through the same capture and lowering, then Triton code generation and the CUDA-graph
 recording instead of C++: not measured here (no GPU). :data:`GPU_COMPILE_FACTOR` scales the CPU figure to the GPU
-one and is an assumption (1.0: as long as on the loaded CPU, likely an upper end: a GPU node's host has idle cores
-for inductor's parallel compile) until ``make gpu-check`` records ``first_step_s`` on a card. Each job, and each
+one and is an assumption (1.0: one host core's CPU seconds, likely an upper end: inductor compiles kernels on
+several cores by default) until ``make gpu-check`` records ``first_step_s`` on a card. Each job, and each
 shard of a job (its own process), pays it once; a warm inductor cache on the node makes it shorter.
 """
 
@@ -19,15 +19,15 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from evals.plan.job import Job
 
-# Wall seconds on the 2-core development machine while other work loaded it (load average 10-15), cold inductor
-# cache (bench/results/planner_terms/compile.csv): the decode step 189, 149, 437 s at 2, 4, 16 layers (tiny_llama's
-# widths; 180 s at SmolLM2-135M's at 2 layers); the compaction graph (R-KV's) 94-147 s at 2-4 layers more. The
-# noise (+-25% between runs) hides the per-layer part below 4 layers; the line through the measurements, raised to
-# be above each of them: an upper end.
-CPU_STEP_S = 155.0
-CPU_STEP_S_PER_LAYER = 18.0
-CPU_COMPACTION_S = 90.0
-CPU_COMPACTION_S_PER_LAYER = 15.0
+# CPU seconds of one core (inductor compiling in-process, TORCHINDUCTOR_COMPILE_THREADS=1, its C++ compiler
+# included; cold cache), bench/results/planner_terms/compile.csv: the decode step 37.1 s at 2 layers and 56.2 s at 8
+# (tiny_llama's widths; 3.2 s per layer), the compaction's graph (R-KV) 30.5 s and 90.4 s more (10 s per layer).
+# Rounded up so each line is above both points (by at most 9%). Wall seconds on the loaded 2-core machine were 2-3x
+# these (load average 5-15), which is why the figure is in CPU seconds.
+CPU_STEP_S = 32.0
+CPU_STEP_S_PER_LAYER = 3.4
+CPU_COMPACTION_S = 12.0
+CPU_COMPACTION_S_PER_LAYER = 10.5
 GPU_COMPILE_FACTOR = 1.0  # assumed: GPU compile seconds / CPU compile seconds of the same graphs
 
 
