@@ -24,13 +24,15 @@ after its selection, ``w`` the query rows the selection scores with::
     chunk's queries rotated back in float64 after the attention, when the repeated K/V are freed)
     row     = slots*(2*L*H_kv*D*b + L*H_kv)          K/V and the bool slot mask of one decode row
             + 8*(max_new + 1)                        its token buffer
-            + V*(4 + SAMPLING_BYTES_PER_ENTRY)       float32 logits and the sampling temporaries
+            + V*(4 + s)                              float32 logits and the sampling temporaries (s: 0 greedy,
+                                                     30 sampled, 50 with top-p: sampling_peak_per_entry)
             + (6d + 3I)*b + 2*H*slots*4              one step's activations and attention scores
             + [compacts]*slots*L*H_kv*8 + L*H*Q*D*b  a decode-time method's slot positions and query ring
-    compaction = H_kv*(P_S*PAIR_BYTES(b) + slots*(2*D*b + COMPACT_SLOT_BYTES))
-                                                     a compaction's scratch per row, one layer at a time (P_S key
-                                                     pairs scored pairwise: R-KV slots^2)
-    job     = weights + rows*row + max(prefill + V*SAMPLING_BYTES_PER_ENTRY, rows*compaction)
+    compaction = L*H*Q*D*b                           the query ring of every layer, gathered oldest first
+               + max(scoring,                        the method's scores of every layer (compaction_scratch)
+                     H_kv*slots*(4L + max(2*D*b + 8, ORDER_SLOT_BYTES)))
+                                                     every layer's scores held while one layer's K/V move
+    job     = weights + rows*row + max(prefill + V*s, rows*compaction)
               (the next item is prefilled, and its first tokens drawn, while the rows of the last one are held;
               a compaction runs between steps, never during a prefill)
 """
@@ -46,17 +48,46 @@ PREFILL_CHUNK = 4096  # prompt tokens per chunk of the layer-major prefill (snap
 # residual, the normed input, q / attention output / o-projection (hidden each); gate, up and act(gate)*up.
 STEP_HIDDEN = 6
 STEP_INTER = 3
-# Bytes per vocabulary entry per row that top-p / temperature sampling allocates at its peak beside the float32
-# logits (the counter-based noise's int64 passes over the whole vocabulary, the sort of top-p and its outputs, the
-# filtered copy): tracked with bench.live_bytes.LiveBytes around snapstream_core.engine.noise.pick_tokens
-# (tests/test_memory_model.py).
+# Bytes per vocabulary entry per row that sampling (temperature > 0, any filters) allocates at its peak beside the
+# float32 logits (the counter-based noise's int64 passes over the whole vocabulary, the sort of top-p and its
+# outputs, the filtered copy): tracked with bench.live_bytes.LiveBytes around snapstream_core.engine.noise.pick_rows,
+# 30.0 at 4 x 32,000 and 28.1-28.5 at larger row counts (bench/planner_terms.py, tests/test_sampling_terms.py).
+# Greedy rows allocate only their argmax (0 per entry).
 SAMPLING_TRACKED_BYTES_PER_ENTRY = 30
 # The scratch of top-p's full-vocabulary sort, which LiveBytes cannot see (allocated and freed inside one op): on
 # CUDA ATen's segmented radix sort keeps a second buffer of the float32 keys and of the int64 values beside the int64
 # index it sorts (4 + 8 + 8). An estimate from the algorithm, not a measurement; added in full although the sort ends
 # before the noise's peak (an upper bound).
 SORT_SCRATCH_BYTES_PER_ENTRY = 20
-SAMPLING_BYTES_PER_ENTRY = SAMPLING_TRACKED_BYTES_PER_ENTRY + SORT_SCRATCH_BYTES_PER_ENTRY
+SAMPLING_BYTES_PER_ENTRY = SAMPLING_TRACKED_BYTES_PER_ENTRY + SORT_SCRATCH_BYTES_PER_ENTRY  # the most, any settings
+# Bytes per vocabulary entry per row that one sampling call's ops read and write (bench.op_traffic.OpTraffic around
+# pick_rows, counted on CPU: every op's tensor inputs and outputs, views excluded; bench/planner_terms.py):
+# greedy 4 (argmax reads the logits); temperature alone 328.8-340 (the noise's SplitMix64 passes over int64
+# counters, the Gumbel transform, the division, the argmaxes); top-p adds 59, top-k 18 (measured 399 with top-p,
+# 417 with both, at 4 x 32,000). Rounded up. The step time reads them (evals.plan.cost).
+SAMPLING_TRAFFIC_GREEDY = 4
+SAMPLING_TRAFFIC_SAMPLED = 344
+SAMPLING_TRAFFIC_TOP_P = 60
+SAMPLING_TRAFFIC_TOP_K = 20
+SAMPLING_TRAFFIC_MAX = SAMPLING_TRAFFIC_SAMPLED + SAMPLING_TRAFFIC_TOP_P + SAMPLING_TRAFFIC_TOP_K
+
+
+def sampling_peak_per_entry(temperature: float, top_k: int, top_p: float) -> int:
+    """Bytes per vocabulary entry per row one sampling call allocates beside the logits at its peak, top-p's sort
+    scratch included (0 for greedy)."""
+    if temperature <= 0:
+        return 0
+    return SAMPLING_TRACKED_BYTES_PER_ENTRY + (SORT_SCRATCH_BYTES_PER_ENTRY if top_p < 1.0 else 0)
+
+
+def sampling_traffic_per_entry(temperature: float, top_k: int, top_p: float) -> int:
+    """Bytes per vocabulary entry per row one sampling call reads and writes (the logits read included)."""
+    if temperature <= 0:
+        return SAMPLING_TRAFFIC_GREEDY
+    return (SAMPLING_TRAFFIC_SAMPLED + (SAMPLING_TRAFFIC_TOP_P if top_p < 1.0 else 0)
+            + (SAMPLING_TRAFFIC_TOP_K if top_k > 0 else 0))
+
+
 # An "80 GB" card reports 81,559 MiB of its 81,920 (79.65 GiB); the CUDA context takes about 0.55 GiB of it, so
 # about 79.1 GiB can be allocated (measured on H100 and H200 site stacks, docs/plan.md).
 REPORTED_SHARE = 81559 / 81920
@@ -72,9 +103,13 @@ READ_BLOCK = 128
 # indices of the near-duplicate search and the boolean masks). Tracked with bench.live_bytes.LiveBytes on CPU:
 # 14.5 bytes per pair in float32 (tests/test_memory_model.py).
 PAIR_EXTRA_BYTES = 11
-# Bytes per slot and KV head of a compaction's ranking beside its gathered K/V (scores, topk, ranks, sort keys,
-# the order, positions and masks): 72 tracked as above, rounded up.
-COMPACT_SLOT_BYTES = 80
+# Bytes per (row, KV head, slot) of compact_order's ranking at its peak (the fp32 copy of the scores, the masked
+# scores, topk's values and indices, the rank, the sort key and the order, masks): 44.5 tracked with
+# bench.live_bytes.LiveBytes on CPU (bf16 scores; 40.5 in fp32), rounded up (bench/planner_terms.py).
+ORDER_SLOT_BYTES = 48
+# Per (row, KV head, slot): bytes of small tensors a scoring keeps beside its big ones (masks, per-row reductions,
+# the pooled output's indices), the most seen in the trackings of bench/planner_terms.py.
+SCORE_SLOT_SLACK = 16
 
 
 def pair_bytes(dtype_bytes: int) -> int:
@@ -142,41 +177,87 @@ def prefill_terms(a: Arch, T: int, slots: int, *, chunk: int, window: int = 0,
     }
 
 
-def row_terms(a: Arch, slots: int, max_new: int, *, compacts: bool = False, query_ring: int = 0) -> dict[str, int]:
-    """The bytes one decode row adds: its slots, token buffer, logits and sampling, one step's temporaries; for a
-    decode-time method (``compacts``) its slot positions and its ring of ``query_ring`` queries per layer."""
+def row_terms(a: Arch, slots: int, max_new: int, *, compacts: bool = False, query_ring: int = 0, attn_sum: int = 0,
+              sampling: int = SAMPLING_BYTES_PER_ENTRY) -> dict[str, int]:
+    """The bytes one decode row adds: its slots, token buffer, logits and sampling (``sampling`` bytes per
+    vocabulary entry, :func:`sampling_peak_per_entry`; default the most), one step's temporaries; for a decode-time
+    method (``compacts``) its slot positions and its ring of ``query_ring`` queries per layer, and with ``attn_sum``
+    (H2O) each slot's accumulated attention, fp32 (``RowBatch.attn_sum``)."""
     b, L, H_kv, H, D = a.dtype_bytes, a.n_layers, a.n_kv_heads, a.n_heads, a.head_dim
     return {
         "kv": slots * a.kv_bytes_per_token,
         "slot_mask": slots * L * H_kv,
         "positions": slots * L * H_kv * 8 if compacts else 0,
         "query_ring": L * H * query_ring * D * b,
+        "attn_sum": slots * L * H_kv * FLOAT32 if attn_sum else 0,
         "tokens": 8 * (max_new + 1),
         "logits": a.vocab * FLOAT32,
-        "sampling": a.vocab * SAMPLING_BYTES_PER_ENTRY,
+        "sampling": a.vocab * sampling,
         "activations": (STEP_HIDDEN * a.hidden + STEP_INTER * a.intermediate) * b + 2 * a.n_heads * slots * FLOAT32,
     }
 
 
-def compaction_bytes(a: Arch, slots: int, pairs: int) -> int:
-    """A compaction's scratch per row (one layer at a time): ``pairs`` key pairs per KV head scored pairwise, the
-    gathered K/V and the ranking of the slots."""
-    return a.n_kv_heads * (pairs * pair_bytes(a.dtype_bytes) + slots * (2 * a.head_dim * a.dtype_bytes
-                                                                         + COMPACT_SLOT_BYTES))
+def window_attention_bytes(a: Arch, slots: int, queries: int) -> int:
+    """Bytes per row at the peak of one layer's :func:`snapstream_core.methods.decode_scores.window_attention`
+    (``queries`` = Q, the query ring), the larger of its phases per (KV head, slot): the matmul's copy of the keys
+    broadcast to the G query heads of a group beside its logits ``G*(D + Q)*b``; the logits scaled ``2*G*Q*b``; the
+    GQA max's values and long indices ``G*Q*b + Q*(b + 8)``; the masked logits and their fp32 softmax
+    ``Q*(2b + 4)`` and the pooled output; plus :data:`SCORE_SLOT_SLACK`."""
+    b, D, Q = a.dtype_bytes, a.head_dim, queries
+    G = a.n_heads // a.n_kv_heads
+    per = max(G * (D + Q) * b, 2 * G * Q * b, G * Q * b + Q * (b + 8), Q * (2 * b + 4) + b + 8)
+    return a.n_kv_heads * slots * (per + SCORE_SLOT_SLACK)
+
+
+def redundancy_bytes(a: Arch, slots: int) -> int:
+    """Bytes per row at the peak of one layer's :func:`snapstream_core.methods.decode_scores.redundancy` (R-KV's
+    ``cal_similarity``) over ``slots`` keys per KV head: the normalised keys ``D*b`` and per key pair the larger of
+    the masked similarities (``3b`` alive at once in the masked_fill chain, and two bool masks: ``3b + 2``) and the
+    similarity with the near-duplicate search's long index and bool masks (``b + 10``); the (S, S) identity once
+    (counted per row: an upper bound)."""
+    b, D, S = a.dtype_bytes, a.head_dim, slots
+    return a.n_kv_heads * S * (S * max(b + 10, 3 * b + 2) + D * b + 2 * b + SCORE_SLOT_SLACK) + S * S
+
+
+def triattention_layer_bytes(a: Arch, slots: int, offsets: int) -> int:
+    """Bytes per row at the peak of one layer's TriAttention scores
+    (:func:`snapstream_core.triattention_scores.head_scores` and the normalisation), the larger of its phases per
+    (KV head, slot): the keys copied in fp32 (``4*D``, alive throughout) beside their pairs' squared moduli and sum
+    (``3*F*4 = 6*D``) and the series (``4*G``), or beside the series' two fp32 products per query head of the group
+    and their sum (``12*G``); plus :data:`SCORE_SLOT_SLACK`; per row the phases of the ``offsets`` future offsets
+    (angle, cos, sin: ``3*O*F*4``) and the two (H, F) coefficient arrays."""
+    D, G, F = a.head_dim, a.n_heads // a.n_kv_heads, a.head_dim // 2
+    per = max(10 * D + 4 * G, 4 * D + 12 * G) + SCORE_SLOT_SLACK
+    return a.n_kv_heads * slots * per + (3 * offsets + 2 * a.n_heads) * F * FLOAT32
+
+
+def compaction_bytes(a: Arch, slots: int, query_ring: int = 0, scoring: int = 0) -> int:
+    """A compaction's scratch per row (:func:`snapstream_core.engine.compact.compact_rows`): every layer's query
+    ring gathered oldest first (``query_ring`` queries per layer), then the larger of the method's scoring of every
+    layer (``scoring``: ``DecodeMethod.compaction_scratch``, bytes per row at its peak) and the move of one layer
+    (every layer's scores held, at most fp32, the order and the K or V gathered and selected, or the ranking)."""
+    b, L, H_kv = a.dtype_bytes, a.n_layers, a.n_kv_heads
+    ring = L * a.n_heads * query_ring * a.head_dim * b
+    move = H_kv * slots * (FLOAT32 * L + max(2 * a.head_dim * b + 8, ORDER_SLOT_BYTES))
+    return ring + max(scoring, move)
 
 
 def job_terms(a: Arch, weight_bytes: int, rows: int, *, slots: int, max_new: int, T: int, prefill_slots: int,
               window: int, chunk: int, score_buffers: tuple[int, int] = (0, 0), moments: bool = False,
-              compacts: bool = False, query_ring: int = 0, prefill_pairs: int = 0, pairs: int = 0) -> dict[str, int]:
+              compacts: bool = False, query_ring: int = 0, attn_sum: int = 0, prefill_pairs: int = 0,
+              compact_scratch: int = 0, sampling: int = SAMPLING_BYTES_PER_ENTRY) -> dict[str, int]:
     """The peak of a job that holds ``rows`` decode rows of ``slots`` slots while it prefills a ``T``-token prompt
     and draws a sample's first token from the prefill's logits, or compacts its rows (decode-time methods:
-    ``compacts, query_ring``, the ``pairs`` of a compaction and the ``prefill_pairs`` of the prompt cut;
-    ``method.row_memory``). ``compaction``: what the rows' compaction needs beyond the prefill's peak."""
+    ``compacts, query_ring`` and the ``prefill_pairs`` of the prompt cut, ``method.row_memory``; the scoring's
+    bytes per row ``compact_scratch``, ``method.compaction_scratch``), sampling ``sampling`` bytes per vocabulary
+    entry (:func:`sampling_peak_per_entry`). ``compaction``: what the rows' compaction needs beyond the prefill's
+    peak."""
     prefill = sum(prefill_terms(a, T, prefill_slots, chunk=chunk, window=window, score_buffers=score_buffers,
                                 moments=moments, pairs=prefill_pairs).values())
-    first_draw = a.vocab * SAMPLING_BYTES_PER_ENTRY
-    row = sum(row_terms(a, slots, max_new, compacts=compacts, query_ring=query_ring).values())
-    compaction = rows * compaction_bytes(a, slots, pairs) if compacts else 0
+    first_draw = a.vocab * sampling
+    row = sum(row_terms(a, slots, max_new, compacts=compacts, query_ring=query_ring, attn_sum=attn_sum,
+                        sampling=sampling).values())
+    compaction = rows * compaction_bytes(a, slots, query_ring, compact_scratch) if compacts else 0
     return {"weights": weight_bytes, "prefill": prefill, "first_draw": first_draw, "rows": rows * row,
             "compaction": max(0, compaction - prefill - first_draw)}
 
@@ -186,10 +267,11 @@ def max_rows(a: Arch, weight_bytes: int, budget_bytes: float, **job) -> int:
     terms = job_terms(a, weight_bytes, 0, **job)
     fixed = sum(terms.values())
     row = sum(row_terms(a, job["slots"], job["max_new"], compacts=job.get("compacts", False),
-                        query_ring=job.get("query_ring", 0)).values())
+                        query_ring=job.get("query_ring", 0), attn_sum=job.get("attn_sum", 0),
+                        sampling=job.get("sampling", SAMPLING_BYTES_PER_ENTRY)).values())
     n = max(0, int((budget_bytes - fixed) // row))
     if job.get("compacts"):  # rows*(row + compaction) <= budget - weights
-        per = row + compaction_bytes(a, job["slots"], job.get("pairs", 0))
+        per = row + compaction_bytes(a, job["slots"], job.get("query_ring", 0), job.get("compact_scratch", 0))
         n = min(n, max(0, int((budget_bytes - weight_bytes) // per)))
     return n
 

@@ -79,5 +79,5 @@ def test_the_memory_model_counts_positions_the_query_ring_and_the_pairwise_scrat
     with_rkv = job_terms(a, 0, 8, **job, **rkv.row_memory(T, slots))
     extra = 8 * (slots * 32 * 8 * 8 + 32 * 32 * 8 * 128 * 2)  # positions + query ring, 8 rows
     assert with_rkv["rows"] - plain["rows"] == extra
-    assert rkv.row_memory(T, slots)["pairs"] == 640**2 and snap.row_memory(T, slots)["pairs"] == 0
+    assert rkv.key_pairs(slots) == 640**2 and snap.key_pairs(slots) == 0
     assert rkv.row_memory(1000, slots)["prefill_pairs"] == 1000**2  # the prompt cut scores T^2 pairs

@@ -1,13 +1,9 @@
 """The one memory model (snapstream_core.memory) against tensor allocations tracked on CPU: a job's peak (a decode
-row set held while the next item is prefilled) within 15% of the tracked peak and never below it; the sampling
-temporaries per vocabulary entry; the card arithmetic the planner budgets with."""
+row set held while the next item is prefilled) within 15% of the tracked peak and never below it; the card
+arithmetic the planner budgets with. The sampling terms: tests/test_sampling_terms.py; every decode-time method's
+compaction: tests/test_compaction_memory.py."""
 
 from __future__ import annotations
-
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -15,10 +11,10 @@ from transformers import LlamaForCausalLM
 
 import snapstream_core as ss
 from bench.live_bytes import LiveBytes
+from bench.planner_terms import run_file
 from snapstream_core.engine import Engine, EngineItem
 from snapstream_core.memory import (
     GIB,
-    SAMPLING_TRACKED_BYTES_PER_ENTRY,
     SORT_SCRATCH_BYTES_PER_ENTRY,
     Arch,
     budget_bytes,
@@ -26,9 +22,9 @@ from snapstream_core.memory import (
     job_terms,
     max_rows,
 )
+from snapstream_core.methods import DecodeMethod, TriAttention
 from tests.conftest import tiny_config
 
-ROOT = Path(__file__).resolve().parent.parent
 SAMPLED = ss.SamplingConfig(max_new_tokens=24, temperature=0.6, top_p=0.95)
 
 
@@ -40,12 +36,24 @@ def model():
     return m
 
 
-@pytest.mark.parametrize("method", [ss.NoCompression(), ss.SnapStream(prompt_budget=256, window=16, recent=32),
-                                    ss.RKV(budget=256, interval=8), ss.SnapKVDecode(budget=256, interval=8)],
-                         ids=["none", "snapstream", "rkv", "snapkv_decode"])
-def test_job_peak_bounds_the_tracked_engine_peak_within_15_percent(model, method):
+def _triattention(tmp_path, config):
+    return TriAttention(budget=1030, interval=8, calibration=run_file("calibration", Arch.of(config, 4), tmp_path))
+
+
+METHODS = {
+    "none": lambda tmp, config: ss.NoCompression(),
+    "snapstream": lambda tmp, config: ss.SnapStream(prompt_budget=256, window=16, recent=32),
+    "rkv": lambda tmp, config: ss.RKV(budget=256, interval=8),
+    "snapkv_decode": lambda tmp, config: ss.SnapKVDecode(budget=256, interval=8),
+    "triattention": _triattention,  # keeps the 1024-token prompt; compacts after 14 and 22 new tokens
+}
+
+
+@pytest.mark.parametrize("name", list(METHODS))
+def test_job_peak_bounds_the_tracked_engine_peak_within_15_percent(model, name, tmp_path):
     """Two items of T tokens, R samples each, in R engine rows: the second item is prefilled while the rows of the
     first are allocated, the peak the model's ``job`` sums."""
+    method = METHODS[name](tmp_path, model.config)
     T, R, G = 1024, 4, SAMPLED.max_new_tokens
     gen = torch.Generator().manual_seed(0)
     items = [EngineItem(torch.randint(0, 4096, (T,), generator=gen).tolist(), i, tuple(range(R)), G)
@@ -58,36 +66,12 @@ def test_job_peak_bounds_the_tracked_engine_peak_within_15_percent(model, method
         assert engine.compactor.calls >= 2 and engine.cache.slots == method.budget + method.interval
     a = Arch.of(model.config, 4)
     slots = engine.cache.slots  # what the engine allocated per row
+    scratch = method.compaction_scratch(a, slots) if isinstance(method, DecodeMethod) else 0
     terms = job_terms(a, 0, R, slots=slots, max_new=G, T=T, prefill_slots=method.prefill_slots(T),
-                      window=method.query_rows(T), chunk=4096, **method.row_memory(T, slots))
+                      window=method.query_rows(T), chunk=4096, compact_scratch=scratch, **method.row_memory(T, slots))
     unseen = (R + 1) * a.vocab * SORT_SCRATCH_BYTES_PER_ENTRY  # top-p's sort scratch: inside one op, untracked
     estimate = sum(terms.values())
     assert mem.peak <= estimate - unseen <= 1.15 * mem.peak, (mem.peak, terms)
-
-
-SAMPLING_PEAK = """
-import torch
-from bench.live_bytes import LiveBytes
-from snapstream_core.engine.noise import pick_tokens
-from snapstream_core.sampling import SamplingConfig
-R, V = 4, 32_000
-logits = torch.randn(R, V, generator=torch.Generator().manual_seed(0))
-with LiveBytes() as mem:
-    pick_tokens(logits, SamplingConfig(max_new_tokens=24, temperature=0.6, top_p=0.95), torch.arange(R),
-                torch.zeros(R, dtype=torch.long))
-print(mem.peak)
-"""
-
-
-def test_sampling_temporaries_per_vocabulary_entry_are_not_underestimated():
-    """Measured in a fresh process: in a long-lived test worker the tracked peak of the same call was once 38 B per
-    entry (an order effect of earlier tests on when intermediate storages are released, not of the sampler)."""
-    R, V = 4, 32_000
-    done = subprocess.run([sys.executable, "-c", SAMPLING_PEAK], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert done.returncode == 0, done.stderr
-    peak = int(done.stdout.split()[-1])
-    assert peak <= R * V * SAMPLING_TRACKED_BYTES_PER_ENTRY + 1024  # + the (R,) and (V,) index vectors
 
 
 def test_an_80_gb_card_allocates_about_79_gib_and_the_budget_keeps_a_margin():

@@ -197,6 +197,24 @@ def test_a_step_adds_its_bandwidth_and_compute_time_and_reads_only_filled_kv():
     assert step_seconds(full, 15) < step_seconds(full, 15, Device(reads_all_slots=True))
 
 
+
+def test_the_runs_sampling_settings_reach_the_rows_the_step_time_and_the_compile():
+    """Greedy rows need no sampling scratch and move 4 bytes per vocabulary entry; a run with temperature and top-p
+    30 + 20 and 404 (memory.sampling_peak_per_entry, sampling_traffic_per_entry): more rows fit greedy, and each
+    step is shorter. A decode-time method compiles a second graph."""
+    from evals.plan.cost import job_cost, step_terms
+
+    greedy = _job("compression=snapstream", "compression.prompt_budget=1024", "compression.recent=1024",
+                  "gen.n_samples=64", "gen.temperature=0")
+    sampled = _job("compression=snapstream", "compression.prompt_budget=1024", "compression.recent=1024",
+                   "gen.n_samples=64", "gen.temperature=0.6", "gen.top_p=0.95")
+    assert (greedy.sampling_peak, greedy.sampling_traffic) == (0, 4)
+    assert (sampled.sampling_peak, sampled.sampling_traffic) == (50, 404)
+    assert choose_rows(greedy) > choose_rows(sampled)
+    assert step_terms(greedy, 64)["bandwidth"] < step_terms(sampled, 64)["bandwidth"]
+    rkv = _job("compression=rkv", "gen.n_samples=64")
+    assert job_cost(rkv, 8).compile_s > job_cost(sampled, 8).compile_s > 0
+
 def _quoted(doc: str) -> str:
     """``doc``'s text with line breaks as spaces (figures wrap across lines)."""
     return " ".join((ROOT / doc).read_text().split())

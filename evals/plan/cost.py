@@ -7,10 +7,14 @@
   token per step and a finished row is refilled at once (row retirement), so the job takes
   ``samples * mean_tokens / rows`` steps plus, at its end, up to ``max_new_tokens`` steps of the last straggler.
   A step (:func:`step_terms`) reads the weights, each row's KV (a ring: all its slots; an appending method: its
-  filled slots, on average over the job's time, rounded up to the read block) and writes and reads the logits and
-  sampling temporaries, at ``hbm_bytes_per_s * bandwidth_efficiency``; **plus** its FLOPs (every row times the
+  filled slots, on average over the job's time, rounded up to the read block), writes the logits and moves what
+  the sampling's ops read and write (``job.sampling_traffic`` bytes per vocabulary entry: counted per op on CPU,
+  ``memory.sampling_traffic_per_entry``; 424 with temperature, top-k and top-p, 4 greedy), at
+  ``hbm_bytes_per_s * bandwidth_efficiency``; **plus** its FLOPs (every row times the
   weights, and attention over the filled KV) at the prefill's utilisation; plus ``step_overhead_s``. At 250-500
   rows both terms count, so they add rather than overlap.
+- Compile: each run (each shard: its own process) compiles its graphs once, :func:`evals.plan.compile_time.
+  compile_seconds` (measured on CPU; the GPU figure is derived from it by an assumed factor).
 - The average fill of an appending row over time is ``kept prompt + E[L^2] / (2 E[L])`` for generation lengths
   ``L``: a long sample spends more steps, at larger fills. With lengths spread as reasoning traces are (lognormal,
   sigma ~0.6: ``E[L^2] = E[L]^2 * (1 + GEN_LENGTH_CV2)``) that is ``kept + mean_new * (1 + GEN_LENGTH_CV2) / 2``,
@@ -22,9 +26,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from evals.plan.compile_time import compile_seconds
 from evals.plan.device import H100, Device
 from evals.plan.job import Job, method_of
-from snapstream_core.memory import FLOAT32, SAMPLING_BYTES_PER_ENTRY
+from snapstream_core.memory import FLOAT32
 
 # Squared coefficient of variation of the generated lengths: exp(0.6^2) - 1 for a lognormal with sigma 0.6 (an
 # assumed spread of reasoning-trace lengths). Estimate until a run's gen_tokens columns replace it.
@@ -37,10 +42,11 @@ class Cost:
     decode_steps: int
     step_s: float
     decode_tokens: int
+    compile_s: float = 0.0  # the run's graphs compiled once (evals.plan.compile_time)
 
     @property
     def seconds(self) -> float:
-        return self.prefill_s + self.decode_steps * self.step_s
+        return self.compile_s + self.prefill_s + self.decode_steps * self.step_s
 
     @property
     def gpu_hours(self) -> float:
@@ -73,7 +79,7 @@ def step_terms(job: Job, rows: int, device: Device = H100) -> dict[str, float]:
     """Seconds of one decode step of ``rows`` rows, by term: bytes moved, FLOPs, overhead."""
     s = job.shape
     read = read_slots(job, device)
-    sampling = 2 * rows * s.vocab * (FLOAT32 + SAMPLING_BYTES_PER_ENTRY)  # written once, read once
+    sampling = rows * s.vocab * (FLOAT32 + job.sampling_traffic)  # logits written; the sampling's ops' reads, writes
     bytes_moved = s.weight_bytes + rows * read * s.kv_bytes_per_token + sampling
     flops = 2 * s.n_params * rows + 4 * rows * read * s.n_layers * s.n_heads * s.head_dim
     return {
@@ -93,4 +99,5 @@ def job_cost(job: Job, rows: int, device: Device = H100) -> Cost:
     prefill = job.n_items * prefill_flops(job) / (device.bf16_flops * device.prefill_mfu)
     tokens = round(job.total_samples * job.gen_fraction * job.max_new_tokens)
     steps = math.ceil(tokens / rows) + (job.max_new_tokens if rows > 1 else 0)
-    return Cost(prefill_s=prefill, decode_steps=steps, step_s=step_seconds(job, rows, device), decode_tokens=tokens)
+    return Cost(prefill_s=prefill, decode_steps=steps, step_s=step_seconds(job, rows, device), decode_tokens=tokens,
+                compile_s=compile_seconds(job))

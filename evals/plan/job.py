@@ -14,16 +14,22 @@ from snapstream_core.api import compression_from_config  # the dataclasses; no t
 from snapstream_core.memory import (
     GIB,
     PREFILL_CHUNK,
+    SAMPLING_BYTES_PER_ENTRY,
+    SAMPLING_TRAFFIC_MAX,
     budget_bytes,
     card_usable_bytes,
     job_terms,
+    sampling_peak_per_entry,
+    sampling_traffic_per_entry,
 )
 from snapstream_core.memory import max_rows as model_max_rows
 from snapstream_core.methods.base import CompressionMethod
+from snapstream_core.methods.decode_base import DecodeMethod
 from tasks.protocol import call_extent
 
 if TYPE_CHECKING:  # the spec module reads OmegaConf; the planner imports without it
     from evals.config.spec import RunSpec
+    from snapstream_core.sampling import SamplingConfig
 
 __all__ = ["DEFAULT_MEMORY_GIB", "Job", "alias_of", "check_fits", "choose_rows", "job_of", "job_from_spec",
            "max_rows", "method_of", "peak_bytes", "peak_terms", "rows_without_planner", "with_prompt"]
@@ -57,6 +63,9 @@ class Job:
     run_dir: str
     out_root: str
     row_memory: tuple[tuple[str, int], ...] = ()  # method.row_memory(T, slots): a decode-time method's extra state
+    compact_scratch: int = 0  # method.compaction_scratch(arch, slots): a compaction's scoring, bytes per row
+    sampling_peak: int = SAMPLING_BYTES_PER_ENTRY  # bytes per vocabulary entry a row's sampling allocates
+    sampling_traffic: int = SAMPLING_TRAFFIC_MAX  # bytes per vocabulary entry a row's sampling reads and writes
     method: CompressionMethod | None = field(default=None, compare=False, repr=False)  # the run's, built once
 
     @property
@@ -79,14 +88,16 @@ def method_of(job: Job) -> CompressionMethod:
     return job.method if job.method is not None else compression_from_config(dict(job.knobs))
 
 
-def _geometry(method, T: int, G: int) -> dict[str, int]:
-    """kept, slots, prefill_slots, window, score_buffers, moments and row_memory of the longest prompt ``T`` with
-    ``G`` new tokens, as the method gives them (a method owns its geometry)."""
+def _geometry(method, T: int, G: int, shape: ModelShape) -> dict[str, int]:
+    """kept, slots, prefill_slots, window, score_buffers, moments, row_memory and compact_scratch of the longest
+    prompt ``T`` with ``G`` new tokens on a model of ``shape``, as the method gives them (a method owns its
+    geometry)."""
     slots = method.slots(T, G)
+    scratch = method.compaction_scratch(shape.arch, slots) if isinstance(method, DecodeMethod) else 0
     return {"kept": method.kept(T), "slots": slots, "prefill_slots": method.prefill_slots(T),
             "window": method.query_rows(T), "score_buffers": method.score_buffers(T),
             "moments": method.query_moments(T) is not None,
-            "row_memory": tuple(method.row_memory(T, slots).items())}
+            "row_memory": tuple(method.row_memory(T, slots).items()), "compact_scratch": scratch}
 
 
 def job_from_spec(spec: RunSpec, max_prompt_tokens: int | None = None, *, plan_block: Mapping[str, Any] | None = None,
@@ -100,7 +111,8 @@ def job_from_spec(spec: RunSpec, max_prompt_tokens: int | None = None, *, plan_b
     job = job_of(spec.resolved["model"], task, spec.method, tag=spec.compression_tag,
                  max_new_tokens=spec.gen.max_new_tokens if max_new_tokens is None else max_new_tokens,
                  n_samples=spec.gen.n_samples, rows_request=spec.gen.rows_request, memory_gib=spec.memory_gib,
-                 run_dir=spec.run_dir, out_root=spec.out_root, max_prompt_tokens=max_prompt_tokens)
+                 run_dir=spec.run_dir, out_root=spec.out_root, max_prompt_tokens=max_prompt_tokens,
+                 sampling=spec.sampling)
     T, G = call_extent(spec.task_module, job.max_prompt_tokens, job.max_new_tokens, spec.resolved["model"], task,
                        tokenizer)
     if (T, G) == (job.max_prompt_tokens, job.max_new_tokens):
@@ -111,9 +123,10 @@ def job_from_spec(spec: RunSpec, max_prompt_tokens: int | None = None, *, plan_b
 def job_of(model: Mapping[str, Any], task: Mapping[str, Any], method: CompressionMethod, *, tag: str,
            max_new_tokens: int, n_samples: int, rows_request: int | None = None,
            memory_gib: float = DEFAULT_MEMORY_GIB, run_dir: str = "", out_root: str = "",
-           max_prompt_tokens: int | None = None) -> Job:
+           max_prompt_tokens: int | None = None, sampling: SamplingConfig | None = None) -> Job:
     """The job of ``method`` on a model node (``shape`` or a known architecture) and a task node with a ``plan``
-    block (:func:`job_from_spec` for a checked run; bench scripts give plain data)."""
+    block (:func:`job_from_spec` for a checked run; bench scripts give plain data). ``sampling``: the run's
+    temperature, top-k and top-p (None: the most any settings need)."""
     plan = task.get("plan")
     if not plan:
         raise ValueError(f"task.plan: task {task.get('name')} has no plan block (n_items, prompt_groups, "
@@ -144,18 +157,27 @@ def job_of(model: Mapping[str, Any], task: Mapping[str, Any], method: Compressio
         max_prompt_tokens=T,
         gen_fraction=fraction,
         shape=shape,
-        **_geometry(method, T, G),
+        **_geometry(method, T, G, shape),
         rows_request=rows_request,
         memory_gib=float(memory_gib),
         run_dir=str(run_dir),
         out_root=str(out_root),
+        **_sampling_terms(sampling),
         method=method,
     )
 
 
+def _sampling_terms(sampling: SamplingConfig | None) -> dict[str, int]:
+    """The sampling's bytes per vocabulary entry (peak, traffic) for the run's settings (None: the most)."""
+    if sampling is None:
+        return {"sampling_peak": SAMPLING_BYTES_PER_ENTRY, "sampling_traffic": SAMPLING_TRAFFIC_MAX}
+    knobs = (sampling.temperature, sampling.top_k, sampling.top_p)
+    return {"sampling_peak": sampling_peak_per_entry(*knobs), "sampling_traffic": sampling_traffic_per_entry(*knobs)}
+
+
 def with_prompt(job: Job, max_prompt_tokens: int) -> Job:
     """The same job for prompts of at most ``max_prompt_tokens`` tokens (measured by the runner on its items)."""
-    geometry = _geometry(method_of(job), max_prompt_tokens, job.max_new_tokens)
+    geometry = _geometry(method_of(job), max_prompt_tokens, job.max_new_tokens, job.shape)
     return replace(job, max_prompt_tokens=max_prompt_tokens, **geometry)
 
 
@@ -184,7 +206,8 @@ def peak_bytes(job: Job, rows: int) -> int:
 def _model_args(job: Job) -> dict[str, Any]:
     return {"slots": job.slots, "max_new": job.max_new_tokens, "T": job.max_prompt_tokens,
             "prefill_slots": job.prefill_slots, "window": job.window, "chunk": PREFILL_CHUNK,
-            "score_buffers": job.score_buffers, "moments": job.moments, **dict(job.row_memory)}
+            "score_buffers": job.score_buffers, "moments": job.moments, "compact_scratch": job.compact_scratch,
+            "sampling": job.sampling_peak, **dict(job.row_memory)}
 
 
 def max_rows(job: Job, memory_gib: float | None = None, usable: float | None = None) -> int:

@@ -14,8 +14,8 @@ from evals.plan.wallclock import WallClock, wall_line
 COLUMNS = (
     "model", "task", "compression", "prompt_budget", "recent", "n_items", "n_samples", "rows", "slots",
     "max_prompt_tokens", "mean_prompt_tokens", "mean_gen_tokens", "peak_gib", "weights_gib", "prefill_gib",
-    "rows_gib", "read_slots", "step_ms", "step_bandwidth_ms", "step_compute_ms", "prefill_hours", "decode_hours",
-    "gpu_hours", "shards", "shard_hours", "same_as", "reason", "run_dir",
+    "rows_gib", "read_slots", "step_ms", "step_bandwidth_ms", "step_compute_ms", "compile_hours", "prefill_hours",
+    "decode_hours", "gpu_hours", "shards", "shard_hours", "same_as", "reason", "run_dir",
 )
 TODAY_COMPILED_GPU_HOURS = 750  # the paper grid's estimate before rows were planned (after its OOM fixes), compiled
 TODAY_EAGER_GPU_HOURS = 1940
@@ -38,6 +38,7 @@ def row(p: Planned) -> dict:
         "prefill_gib": round((mem["prefill"] + mem["first_draw"]) / GIB, 2), "rows_gib": round(mem["rows"] / GIB, 2),
         "read_slots": round(read_slots(j)), "step_ms": round(1000 * sum(step.values()), 2),
         "step_bandwidth_ms": round(1000 * step["bandwidth"], 2), "step_compute_ms": round(1000 * step["compute"], 2),
+        "compile_hours": "" if c is None else round(c.compile_s / 3600, 3),
         "prefill_hours": "" if c is None else round(c.prefill_s / 3600, 3),
         "decode_hours": "" if c is None else round(c.decode_steps * c.step_s / 3600, 3),
         "gpu_hours": round(p.gpu_hours, 3), "same_as": p.same_as, "reason": p.reason or p.error,
@@ -69,6 +70,7 @@ def totals(planned: list[Planned]) -> dict:
         "computed": len(runs),
         "gpu_hours": sum(p.gpu_hours for p in planned),
         "gpu_hours_without_dedup": all_hours,
+        "compile_hours": sum(p.cost.compile_s / 3600 for p in planned if p.gpu_hours > 0),
         "max_peak_gib": max((p.peak_gib for p in planned), default=0.0),
         "unfit": sum(bool(p.error) for p in planned),
     }
@@ -99,7 +101,8 @@ def render(planned: list[Planned], memory_gib: float, wall: WallClock | None = N
         f"GPU-hours: {t['gpu_hours']:.1f} ({t['gpu_hours_without_dedup']:.1f} without deduplication) of one "
         f"{H100.name}" + (f"; {t['gpu_hours'] / TODAY_COMPILED_GPU_HOURS:.2f}x the estimate of this grid before rows "
                           f"were planned (~{TODAY_COMPILED_GPU_HOURS} compiled, ~{TODAY_EAGER_GPU_HOURS} eager)"
-                          if paper and len(planned) == PAPER_JOBS else ""),
+                          if paper and len(planned) == PAPER_JOBS else "")
+        + f"; compile {t['compile_hours']:.2f} h of them (per job; an estimate from CPU timings, docs/plan.md)",
         *([wall_line(wall, shards, unsharded)] if wall is not None else []),
         f"largest peak {t['max_peak_gib']:.1f} GiB of plan.memory_gib={memory_gib:g}"
         + (f"; {t['unfit']} job(s) do not fit" if t["unfit"] else "; every job fits"),

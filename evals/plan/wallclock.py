@@ -4,8 +4,8 @@ A shard (``shard=K/N``, :mod:`evals.config.shard`) runs item ``i`` of its job wh
 a job of ``n`` items holds ``ceil((n - K) / N)`` items, and its time is the job's cost model
 (:func:`evals.plan.cost.job_cost`) on those items, with its own rows (the most that fit, at most its samples): so
 each shard pays its own items' prefill and its own end of decode (the last straggler's ``max_new_tokens`` steps),
-and the shards of a job together cost more GPU-hours than the job. Model load and compile are not in the planner's
-cost model, per job or per shard.
+and the shards of a job together cost more GPU-hours than the job. Each shard compiles its graphs once (its own
+process: ``Cost.compile_s``, :mod:`evals.plan.compile_time`); model load is not in the planner's cost model.
 
 Schedule: longest processing time first (LPT, Graham 1969): every shard of every computed job, longest first, goes
 to the GPU that is free first; the wall clock is the last GPU's finish. It is within 4/3 of the best schedule, and
@@ -133,4 +133,4 @@ def wall_line(w: WallClock, shards: int | str, unsharded: float | None = None) -
     before = f"; {unsharded:.1f} h without shards" if unsharded is not None else ""
     return (f"wall clock on {w.gpus} GPU(s): {w.hours:.1f} h for {w.gpu_hours:.1f} GPU-hours ({what}, longest "
             f"first; longest piece {longest:.1f} h; no schedule below {w.bound:.1f} h{before}); each shard's "
-            "prefill and last straggler counted, model load and compile not modelled")
+            "compile, prefill and last straggler counted, model load not modelled")

@@ -37,6 +37,8 @@ from snapstream_core.policies import CompactingPolicy
 if TYPE_CHECKING:
     import torch
 
+    from snapstream_core.memory import Arch
+
 
 @dataclass(frozen=True)
 class CompactView:
@@ -153,12 +155,21 @@ class DecodeMethod(CompressionMethod):
         T = prompt_len
         return CompactingPolicy(T, self.kept(T), budget=self.budget, cap=self.cap(T), interval=self.interval,
                                 trigger=self.compact_trigger, query_ring=self.query_window,
-                                prompt_cut=self.needs_selection(T))
+                                prompt_cut=self.needs_selection(T), attn_sum=self.accumulates_attention)
 
     def row_memory(self, prompt_len: int, slots: int) -> dict[str, int]:
         """The policy's (slot positions, a compaction, the query ring) and the scorer's key pairs."""
         cut = self.key_pairs(prompt_len) if self.needs_selection(prompt_len) else 0
-        return {**self.storage(prompt_len).row_memory(slots), "pairs": self.key_pairs(slots), "prefill_pairs": cut}
+        return {**self.storage(prompt_len).row_memory(slots), "prefill_pairs": cut}
+
+    def compaction_scratch(self, arch: Arch, slots: int) -> int:
+        """Bytes per engine row at the peak of :meth:`compact_scores_layers` over rows of ``slots`` slots (every
+        layer's scores so far and one layer's temporaries), for the memory model (``memory.compaction_bytes``;
+        ``tests/test_compaction_memory.py`` checks it against tracked allocations for every registered method).
+        Default, for a method without its own figure: every layer's scores in fp32 and one layer scoring with an fp32
+        copy of its keys and fp32 scores per query head (``4*D + 8*G`` per KV head and slot)."""
+        per_slot = 4 * arch.n_layers + 4 * arch.head_dim + 8 * (arch.n_heads // arch.n_kv_heads)
+        return arch.n_kv_heads * slots * per_slot
 
     def protected(self, prompt_len: int) -> int:
         """Prompt tokens never evicted."""

@@ -19,6 +19,8 @@ from snapstream_core.methods.decode_base import CompactView, DecodeMethod
 if TYPE_CHECKING:
     import torch
 
+    from snapstream_core.memory import Arch
+
 
 @dataclass(frozen=True)
 class RKV(DecodeMethod):
@@ -58,3 +60,12 @@ class RKV(DecodeMethod):
         attended, compared = scored_slots(self, view)
         attention = window_attention(view, attended, self.kernel)
         return attention * self.mix_lambda - redundancy(view, compared, self.threshold) * (1 - self.mix_lambda)
+
+    def compaction_scratch(self, arch: Arch, slots: int) -> int:
+        """The other layers' scores (in the keys' dtype) beside one layer's window attention, or beside its
+        weighted attention (two arrays) and the pairwise redundancy of its keys (``key_pairs``: slots^2)."""
+        from snapstream_core.memory import redundancy_bytes, window_attention_bytes
+
+        per_layer = arch.n_kv_heads * slots * arch.dtype_bytes
+        return (arch.n_layers - 1) * per_layer + max(window_attention_bytes(arch, slots, self.query_window),
+                                                     2 * per_layer + redundancy_bytes(arch, slots))

@@ -18,6 +18,8 @@ from snapstream_core.methods.decode_base import CompactView, DecodeMethod
 if TYPE_CHECKING:
     import torch
 
+    from snapstream_core.memory import Arch
+
 
 @dataclass(frozen=True)
 class SnapKVDecode(DecodeMethod):
@@ -42,3 +44,10 @@ class SnapKVDecode(DecodeMethod):
         from snapstream_core.methods.decode_scores import scored_slots, window_attention
 
         return window_attention(view, scored_slots(self, view)[0], self.kernel)
+
+    def compaction_scratch(self, arch: Arch, slots: int) -> int:
+        """The other layers' scores (in the keys' dtype) beside one layer's window attention."""
+        from snapstream_core.memory import window_attention_bytes
+
+        held = (arch.n_layers - 1) * arch.n_kv_heads * slots * arch.dtype_bytes
+        return held + window_attention_bytes(arch, slots, self.query_window)

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 
     import torch
 
+    from snapstream_core.memory import Arch
+
 PRUNINGS = ("per_head", "per_layer_per_head")
 
 
@@ -137,6 +139,18 @@ class TriAttention(DecodeMethod):
 
         mean = torch.stack(per_layer).mean(0)
         return [mean] * len(views)
+
+    def compaction_scratch(self, arch: Arch, slots: int) -> int:
+        """Every layer's fp32 scores so far beside one layer's (fp32 key copies and per-head scores,
+        ``memory.triattention_layer_bytes``); ``per_head`` then stacks the L layers' scores and takes their mean."""
+        from snapstream_core.memory import FLOAT32, triattention_layer_bytes
+
+        per_layer = arch.n_kv_heads * slots * FLOAT32
+        offsets = self.offset_max_length.bit_length()  # 1, 2, 4, ... <= max (geometric_offsets), no torch import
+        scoring = (arch.n_layers - 1) * per_layer + triattention_layer_bytes(arch, slots, offsets)
+        if self.pruning == "per_layer_per_head":
+            return scoring
+        return max(scoring, (2 * arch.n_layers + 1) * per_layer)
 
     def prepare(self, device: Any) -> None:
         """Read the calibration onto ``device`` before the compaction compiles (file reads do not trace)."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-NO_ROW_MEMORY = {"compacts": 0, "query_ring": 0, "pairs": 0, "prefill_pairs": 0}
+NO_ROW_MEMORY = {"compacts": 0, "query_ring": 0, "attn_sum": 0, "prefill_pairs": 0}
 
 
 @dataclass(frozen=True)
@@ -64,8 +64,8 @@ class StoragePolicy:
 
     def row_memory(self, slots: int) -> dict[str, int]:
         """What a decode row holds beyond its K/V for the memory model (``memory.job_terms``): ``compacts`` (1: slot
-        positions and a compaction), ``query_ring`` (queries per layer), ``pairs`` (key pairs per KV head a
-        compaction of ``slots`` slots scores pairwise), ``prefill_pairs`` (those of the prompt cut). None here."""
+        positions and a compaction), ``query_ring`` (queries per layer), ``attn_sum`` (1: each slot's accumulated
+        attention, fp32), ``prefill_pairs`` (key pairs per KV head the prompt cut scores pairwise). None here."""
         return dict(NO_ROW_MEMORY)
 
     def mean_tokens_held(self, gen_tokens: int) -> float:

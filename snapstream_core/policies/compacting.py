@@ -33,6 +33,7 @@ class CompactingPolicy(StoragePolicy):
     interval: int = 1
     trigger: str = "interval"
     query_ring: int = 0
+    attn_sum: bool = False  # each slot's accumulated attention kept per row (H2O: RowBatch.attn_sum)
     prompt_cut: bool = False
 
     def __post_init__(self) -> None:
@@ -121,9 +122,9 @@ class CompactingPolicy(StoragePolicy):
         return not self.prompt_cut and not any(self.compacts(k) for k in self.points(steps))
 
     def row_memory(self, slots: int) -> dict[str, int]:
-        """Slot positions and a compaction, and the ring of ``query_ring`` queries per layer (the scorer's key pairs
-        are added by the method)."""
-        return {"compacts": 1, "query_ring": self.query_ring, "pairs": 0, "prefill_pairs": 0}
+        """Slot positions and a compaction, the ring of ``query_ring`` queries per layer and, with ``attn_sum``,
+        each slot's accumulated attention (the prompt cut's key pairs are added by the method)."""
+        return {"compacts": 1, "query_ring": self.query_ring, "attn_sum": int(self.attn_sum), "prefill_pairs": 0}
 
     @classmethod
     def layer_class(cls) -> type:
