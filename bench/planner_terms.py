@@ -134,8 +134,10 @@ def compaction_inputs(method, arch: Arch, rows: int, slots: int, prompt: int = 8
     Q = method.query_window
     queries = torch.randn(L, R, H, Q, D, generator=g).to(dtype) if Q else None
     inv_freq = 1.0 / (10000.0 ** (torch.arange(0, D, 2, dtype=torch.float32) / D))
+    row_keys = torch.arange(R, dtype=torch.long) + 1  # each row's sample key (random's priorities)
+    attn_sum = torch.rand(L, R, H_kv, S, generator=g) if method.accumulates_attention else None  # h2o's sums
     return (keys, values, visible, pos, queries, torch.full((R,), prompt), torch.full((R,), S - 1),
-            torch.ones(R, dtype=torch.bool), D**-0.5, inv_freq)
+            torch.ones(R, dtype=torch.bool), D**-0.5, inv_freq, row_keys, attn_sum)
 
 
 def tracked_compaction(method, arch: Arch, rows: int, slots: int) -> int:

@@ -236,10 +236,14 @@ def compaction_bytes(a: Arch, slots: int, query_ring: int = 0, scoring: int = 0)
     ring gathered oldest first (``query_ring`` queries per layer), then the larger of the method's scoring of every
     layer (``scoring``: ``DecodeMethod.compaction_scratch``, bytes per row at its peak) and the move of one layer
     (every layer's scores held, at most fp32, the order and the K or V gathered and selected, or the ranking)."""
-    b, L, H_kv = a.dtype_bytes, a.n_layers, a.n_kv_heads
-    ring = L * a.n_heads * query_ring * a.head_dim * b
-    move = H_kv * slots * (FLOAT32 * L + max(2 * a.head_dim * b + 8, ORDER_SLOT_BYTES))
-    return ring + max(scoring, move)
+    ring = a.n_layers * a.n_heads * query_ring * a.head_dim * a.dtype_bytes
+    return ring + max(scoring, move_bytes(a, slots))
+
+
+def move_bytes(a: Arch, slots: int) -> int:
+    """Bytes per row at the move of one layer in a compaction: every layer's scores held (at most fp32), the order
+    and the K or V gathered and selected, or the ranking (:data:`ORDER_SLOT_BYTES`)."""
+    return a.n_kv_heads * slots * (FLOAT32 * a.n_layers + max(2 * a.head_dim * a.dtype_bytes + 8, ORDER_SLOT_BYTES))
 
 
 def job_terms(a: Arch, weight_bytes: int, rows: int, *, slots: int, max_new: int, T: int, prefill_slots: int,
@@ -247,32 +251,40 @@ def job_terms(a: Arch, weight_bytes: int, rows: int, *, slots: int, max_new: int
               compacts: bool = False, query_ring: int = 0, attn_sum: int = 0, prefill_pairs: int = 0,
               compact_scratch: int = 0, sampling: int = SAMPLING_BYTES_PER_ENTRY) -> dict[str, int]:
     """The peak of a job that holds ``rows`` decode rows of ``slots`` slots while it prefills a ``T``-token prompt
-    and draws a sample's first token from the prefill's logits, or compacts its rows (decode-time methods:
-    ``compacts, query_ring`` and the ``prefill_pairs`` of the prompt cut, ``method.row_memory``; the scoring's
-    bytes per row ``compact_scratch``, ``method.compaction_scratch``), sampling ``sampling`` bytes per vocabulary
-    entry (:func:`sampling_peak_per_entry`). ``compaction``: what the rows' compaction needs beyond the prefill's
-    peak."""
+    and draws a sample's first token from the prefill's logits, or draws the rows' next tokens (the sampling scratch,
+    ``sampling`` bytes per vocabulary entry and row, :func:`sampling_peak_per_entry`: a step's transient, never alive
+    during a prefill), or compacts its rows (decode-time methods: ``compacts, query_ring`` and the ``prefill_pairs``
+    of the prompt cut, ``method.row_memory``; the scoring's bytes per row ``compact_scratch``,
+    ``method.compaction_scratch``). ``rows``: what the rows hold throughout; ``draw`` and ``compaction``: what the
+    rows' draw or compaction needs beyond the prefill's peak (the three never overlap)."""
     prefill = sum(prefill_terms(a, T, prefill_slots, chunk=chunk, window=window, score_buffers=score_buffers,
                                 moments=moments, pairs=prefill_pairs).values())
     first_draw = a.vocab * sampling
-    row = sum(row_terms(a, slots, max_new, compacts=compacts, query_ring=query_ring, attn_sum=attn_sum,
-                        sampling=sampling).values())
+    held = row_terms(a, slots, max_new, compacts=compacts, query_ring=query_ring, attn_sum=attn_sum,
+                     sampling=sampling)
+    draw = rows * held.pop("sampling")
     compaction = rows * compaction_bytes(a, slots, query_ring, compact_scratch) if compacts else 0
-    return {"weights": weight_bytes, "prefill": prefill, "first_draw": first_draw, "rows": rows * row,
-            "compaction": max(0, compaction - prefill - first_draw)}
+    base = prefill + first_draw
+    return {"weights": weight_bytes, "prefill": prefill, "first_draw": first_draw, "rows": rows * sum(held.values()),
+            "draw": max(0, draw - base), "compaction": max(0, compaction - max(base, draw))}
 
 
 def max_rows(a: Arch, weight_bytes: int, budget_bytes: float, **job) -> int:
-    """The most rows whose :func:`job_terms` peak fits ``budget_bytes`` (0: not even one). ``job``: as job_terms."""
+    """The most rows whose :func:`job_terms` peak fits ``budget_bytes`` (0: not even one): the rows' held bytes
+    beside the prefill's peak, beside their draw and beside their compaction. ``job``: as job_terms."""
     terms = job_terms(a, weight_bytes, 0, **job)
     fixed = sum(terms.values())
-    row = sum(row_terms(a, job["slots"], job["max_new"], compacts=job.get("compacts", False),
-                        query_ring=job.get("query_ring", 0), attn_sum=job.get("attn_sum", 0),
-                        sampling=job.get("sampling", SAMPLING_BYTES_PER_ENTRY)).values())
-    n = max(0, int((budget_bytes - fixed) // row))
-    if job.get("compacts"):  # rows*(row + compaction) <= budget - weights
+    held = row_terms(a, job["slots"], job["max_new"], compacts=job.get("compacts", False),
+                     query_ring=job.get("query_ring", 0), attn_sum=job.get("attn_sum", 0),
+                     sampling=job.get("sampling", SAMPLING_BYTES_PER_ENTRY))
+    draw = held.pop("sampling")
+    row = sum(held.values())
+    room = budget_bytes - weight_bytes
+    n = max(0, int((budget_bytes - fixed) // row))  # beside the prefill
+    n = min(n, max(0, int(room // (row + draw))))  # beside their draw
+    if job.get("compacts"):  # beside their compaction
         per = row + compaction_bytes(a, job["slots"], job.get("query_ring", 0), job.get("compact_scratch", 0))
-        n = min(n, max(0, int((budget_bytes - weight_bytes) // per)))
+        n = min(n, max(0, int(room // per)))
     return n
 
 

@@ -65,3 +65,12 @@ class H2O(DecodeMethod):
         if view.attn_sum is None:
             raise ValueError("compression=h2o: the prompt cut needs the prompt's attention (PrefillView.attn_sum)")
         return prefill_selection(self, view, attn_sum=view.attn_sum)
+
+    def compaction_scratch(self, arch, slots: int) -> int:
+        """Bytes per engine row at a compaction's peak (``memory.compaction_bytes``): one layer's move with every
+        layer's scores held (``memory.move_bytes``), and the accumulated attention read in fp32 and moved with the
+        slots (gathered, then selected): 16 bytes per (KV head, slot), measured on CPU
+        (``tests/test_compaction_memory.py``)."""
+        from snapstream_core.memory import move_bytes
+
+        return move_bytes(arch, slots) + 16 * arch.n_kv_heads * slots

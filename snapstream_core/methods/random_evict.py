@@ -49,6 +49,14 @@ class RandomEvict(DecodeMethod):
             raise ValueError("compression=random: the compaction needs each row's sample key (CompactView.row_keys)")
         return priorities(view.row_keys, view.layer_idx, view.positions)
 
+    def compaction_scratch(self, arch, slots: int) -> int:
+        """Bytes per engine row at a compaction's peak (``memory.compaction_bytes``): one layer's move with every
+        layer's scores held (``memory.move_bytes``), and its priorities drawn in fp32 beside their int64 counter
+        hash: 16 bytes per (KV head, slot), measured on CPU (``tests/test_compaction_memory.py``)."""
+        from snapstream_core.memory import move_bytes
+
+        return move_bytes(arch, slots) + 16 * arch.n_kv_heads * slots
+
 
 def priorities(row_keys: torch.Tensor, layer: int, positions: torch.Tensor) -> torch.Tensor:
     """row_keys (R,) long, positions (R, H_kv, S) long -> (R, H_kv, S) float32 in (0, 1): a pure function of (key,
