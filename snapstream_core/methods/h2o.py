@@ -26,7 +26,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from snapstream_core.attention_sums import PROMPT_SCRATCH, prompt_block  # noqa: F401  (re-exported)
 from snapstream_core.methods.decode_base import CompactView, DecodeMethod
 
 if TYPE_CHECKING:
@@ -49,6 +48,8 @@ class H2O(DecodeMethod):
         """The prompt's attention (``decode_scores.prompt_attention``): the keys in fp32, one (H_kv, T, D) buffer,
         and a block of :func:`prompt_block` query rows at a time, logits and weights, two (H, T) fp32 buffers per
         row of the block."""
+        from snapstream_core.attention_sums import prompt_block
+
         return (1, 2 * prompt_block(prompt_len))
 
     def compact_scores(self, view: CompactView) -> torch.Tensor:
