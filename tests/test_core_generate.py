@@ -130,9 +130,10 @@ def test_a_cache_without_its_attention_function_refuses_to_decode(tiny_model):
 
 
 # every method generate() runs (built from the registry) but the ratio budgets (a left-padded batch shares the
-# budget of its padded length: the runner runs them one prompt at a time), and positions=in_cache once per class
-# that has a ring
-FIXED = [m for m in matrix.METHODS if getattr(m, "ratio", None) is None]
+# budget of its padded length: the runner runs them one prompt at a time) and the ragged ones (they refuse a padded
+# batch: test_a_ragged_method_refuses_a_left_padded_batch), and positions=in_cache once per class that has a ring
+FIXED = [m for m in matrix.METHODS if getattr(m, "ratio", None) is None and m.storage_kind != "ragged"]
+RAGGED = [m for m in matrix.METHODS if m.storage_kind == "ragged"]
 METHODS = [*FIXED, *{type(m): replace(m, positions="in_cache") for m in FIXED if m.storage_kind == "ring"}.values()]
 
 
@@ -184,3 +185,11 @@ def test_eos_cuts_the_completion_and_sets_the_finish_reason(tiny_model):
     first = free.tokens[0][0].index(eos)
     assert cut.tokens[0][0] == free.tokens[0][0][: first + 1]
     assert cut.finish_reasons[0][0] == "stop" and free.finish_reasons[0][0] == "length"
+
+
+@pytest.mark.parametrize("method", RAGGED, ids=lambda m: m.method)
+def test_a_ragged_method_refuses_a_left_padded_batch_in_one_line(tiny_model, method):
+    """Its budgets follow each row's own length, so a padded row would be cut unlike the prompt alone: refused."""
+    prompts = [[5] * 300, [7] * 120]
+    with pytest.raises(ValueError, match=f"compression.method: {method.method} budgets each row by its own length"):
+        generate(tiny_model, prompts, method, SamplingConfig(max_new_tokens=2), eos_token_ids=[], pad_token_id=0)

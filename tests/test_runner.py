@@ -157,7 +157,8 @@ def test_bad_input_is_one_clear_error_before_any_model_loads(tmp_path, args, mes
     "args,message",
     [
         (["compression=snapkvv"],
-         "compression=snapkvv: unknown option (did you mean compression=snapkv?); available: expected_attention, "),
+         "compression=snapkvv: unknown option (did you mean compression=snapkv?); available: adakv, "
+         "expected_attention, "),
         (["compression.prompt_budgt=8"], "compression.prompt_budgt: no such key"),
         (["hydra/launcher=nope"], "nope"),
         (["compression=snapkv", "compression.prompt_budget=8"], "compression.prompt_budget: must exceed"),

@@ -51,6 +51,15 @@ def prompt_scorers() -> dict[str, type[CompressionMethod]]:
     return found
 
 
+def refuse_padding(method: str, key_valid) -> None:
+    """A ragged method's budgets are a function of its row's length (PyramidKV's per-layer budgets, AdaKV's top-k
+    over the layer's heads and tokens): a left-padded row would be cut at its padded length's budget, unlike the
+    same prompt alone. Refused in one line (the engine and the runner prefill one prompt at a time)."""
+    if not bool(key_valid.all()):
+        raise ValueError(f"compression.method: {method} budgets each row by its own length and cannot select in a "
+                         "left-padded batch; decode one prompt at a time (the engine does)")
+
+
 @dataclass(frozen=True)
 class AdaKV(CompressionMethod):
     """Knobs: ``scorer`` (a prompt scorer: ``snapkv``, ``knorm``, ``tova``, ``keydiff``, ``expected_attention``);
@@ -165,6 +174,7 @@ class AdaKV(CompressionMethod):
         H_kv) how many each head keeps (summing to ``H_kv * n`` per row); ``scores`` the scorer's priorities."""
         import torch
 
+        refuse_padding(self.method, view.key_valid)
         scores = self.scorer_method().select(view).scores  # (B, H_kv, T): +inf always kept, -inf padding
         B, H_kv, T = scores.shape
         n = self.budget(T)

@@ -11,7 +11,8 @@ With ``m`` the mean budget per layer (``prompt_budget``, or ``T * (1 - ratio)`` 
 window: ``min = m / beta``, ``max = 2 m - min``; when ``max >= T - w`` then ``max = T - w`` and ``min = 2 m - max``;
 unless ``T >= max >= min >= w`` every layer keeps ``max(1, round(m))`` (the fallback to SnapKV); otherwise layer
 ``l`` of ``L`` keeps ``round(max - l * (max - min) / (L - 1))``. Layer 0 keeps the most, so a layer's storage is
-padded to layer 0's budget (the ``ragged`` storage policy: the slots past a layer's budget are not valid).
+padded to twice the mean budget, a bound on layer 0's (the ``ragged`` storage policy: the slots past a layer's
+budget are not valid).
 """
 
 from __future__ import annotations
@@ -72,11 +73,14 @@ class PyramidKV(SnapKV):
         return round(self.mean_budget(prompt_len))
 
     def kept_cap(self, prompt_len: int) -> int:
-        """Slots per KV head a layer allocates: layer 0's budget, the largest (the others pad to it, their extra
-        slots not valid)."""
+        """Slots per KV head a layer allocates, a bound on every layer's budget that never falls as the prompt
+        grows (the engine sizes its rows for the longest prompt): ``2 m`` (layer 0 keeps ``2 m - m / beta`` or the
+        prompt's clamp, the fallback ``m``), at most the prompt; a layer's slots past its budget are not valid."""
+        import math
+
         if not self.needs_selection(prompt_len):
             return prompt_len
-        return self.layer_budget(prompt_len, 0, 2)
+        return min(prompt_len, math.ceil(2 * self.mean_budget(prompt_len)))
 
     def select(self, view: PrefillView) -> Selection:
         """Each KV head of layer ``view.layer_idx`` keeps its ``n_l`` highest SnapKV scores (:meth:`layer_budget`),
@@ -87,6 +91,9 @@ class PyramidKV(SnapKV):
 
         if view.layer_idx < 0 or view.n_layers < 1:
             raise RuntimeError("snapstream_core: pyramidkv needs the layer index and count in its PrefillView")
+        from snapstream_core.methods.adakv import refuse_padding
+
+        refuse_padding(self.method, view.key_valid)
         B, H_kv, T, _ = view.keys.shape
         n = self.layer_budget(T, view.layer_idx, view.n_layers)
         scores = self.priorities(view)  # (B, H_kv, T)
