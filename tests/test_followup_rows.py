@@ -104,7 +104,7 @@ def test_on_cuda_the_runner_plans_the_bound_with_the_runs_tokenizer(spec, tokeni
     rows, planned = planned_rows(spec, "cuda")
     job = job_from_spec(spec, tokenizer=tokenizer)
     first_job = job_of(spec.resolved["model"], spec.resolved["task"], spec.method, tag="none", max_new_tokens=4,
-                       n_samples=1)
+                       n_samples=1, sampling=spec.sampling)  # the run's sampling settings, as job_from_spec's
     assert planned == peak_bytes(job, rows) > peak_bytes(first_job, rows)
     assert job.max_prompt_tokens < job_from_spec(spec).max_prompt_tokens  # tokens, not the bytes bound
 
