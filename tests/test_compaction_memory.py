@@ -12,7 +12,7 @@ from bench.planner_terms import arch_of, decode_methods, method_for, modelled_co
 SHAPES = [  # (R, H, H_kv, S, L, D, b): tiny_llama's heads in fp32; bf16; SmolLM2's heads over a few layers
     (2, 4, 2, 64, 2, 16, 4),
     (2, 4, 2, 128, 2, 16, 2),
-    (1, 9, 3, 96, 3, 64, 2),
+    pytest.param((1, 9, 3, 96, 3, 64, 2), marks=pytest.mark.slow),
 ]
 
 @pytest.mark.parametrize("shape", SHAPES, ids=["tiny-fp32", "tiny-bf16", "smollm2-heads-bf16"])

@@ -115,7 +115,12 @@ def test_run_is_the_step_loop(tiny_model):
     assert by_hand == by_run and len(by_run) == 6
 
 
-@pytest.mark.parametrize("name", [n for n, cls in METHODS.items() if issubclass(cls, DecodeMethod)])
+# snapkv_decode every time (3 s); the other decode-time methods (up to 20 s each on 2 cores) with the slow tests
+MEASURED = [name if name == "snapkv_decode" else pytest.param(name, marks=pytest.mark.slow)
+            for name, cls in METHODS.items() if issubclass(cls, DecodeMethod)]
+
+
+@pytest.mark.parametrize("name", MEASURED)
 def test_the_bench_measures_a_decode_time_method_on_the_engine(name):
     """``measure_group`` runs a decode-time method's eager and compiled cases on the engine (TriAttention with a
     calibration the bench makes for its model): the same tokens, and the entries its rows hold are the method's."""
