@@ -90,7 +90,9 @@ def test_prefill_slots_are_the_methods():
     assert ss.StreamingLLM(sinks=4, recent=60).prefill_slots(300) == 64
 
 
-@pytest.mark.parametrize("name", ["snapstream", "snapkv", "streaming_llm"])
+# SnapStream every time; SnapKV and StreamingLLM (36 s each on 2 cores, the same prefill path) with the slow tests
+@pytest.mark.parametrize("name", ["snapstream", pytest.param("snapkv", marks=pytest.mark.slow),
+                                  pytest.param("streaming_llm", marks=pytest.mark.slow)])
 def test_smollm2_long_prompt_n2_within_400_mib_of_short(smollm2, name):
     """The bound: prefill_prompt + n = 2 decode, a 7,836-token prompt vs a 256-token one (default
     knobs). The full cache (``none``) is left out: its 7.8k-token KV alone is 344 MiB per row in fp32."""
