@@ -4,44 +4,12 @@ imports the engine, which drives the methods). The same rules as ``tests/test_ev
 
 from __future__ import annotations
 
-from tests.test_evals_layers import ROOT, _imports, _modules
+from tests.test_evals_layers import ROOT, _imports, _modules, loops
 
 CORE = _modules("snapstream_core")
 GRAPH = {name: _imports(path, name, CORE) for name, path in CORE.items()}
 ENGINE = "snapstream_core.engine"
 METHODS = "snapstream_core.methods"
-
-
-def loops(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components of more than one module (Tarjan): each is an import loop."""
-    index, low, stack, on, found, counter = {}, {}, [], set(), [], [0]
-
-    def visit(v):
-        index[v] = low[v] = counter[0]
-        counter[0] += 1
-        stack.append(v)
-        on.add(v)
-        for w in graph[v]:
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                comp.append(w)
-                if w == v:
-                    break
-            if len(comp) > 1:
-                found.append(sorted(comp))
-
-    for v in graph:
-        if v not in index:
-            visit(v)
-    return found
 
 
 def test_the_core_has_no_import_loop():

@@ -88,15 +88,16 @@ def test_no_import_runs_back_up_or_down_a_layer():
     assert not bad, "\n".join(bad)
 
 
-def test_no_import_loop():
-    index, low, stack, on, loops, counter = {}, {}, [], set(), [], [0]
+def loops(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan): each is an import loop."""
+    index, low, stack, on, found, counter = {}, {}, [], set(), [], [0]
 
     def visit(v):
         index[v] = low[v] = counter[0]
         counter[0] += 1
         stack.append(v)
         on.add(v)
-        for w in GRAPH[v]:
+        for w in graph[v]:
             if w not in index:
                 visit(w)
                 low[v] = min(low[v], low[w])
@@ -111,12 +112,16 @@ def test_no_import_loop():
                 if w == v:
                     break
             if len(comp) > 1:
-                loops.append(sorted(comp))
+                found.append(sorted(comp))
 
-    for v in GRAPH:
+    for v in graph:
         if v not in index:
             visit(v)
-    assert not loops, loops
+    return found
+
+
+def test_no_import_loop():
+    assert not loops(GRAPH), loops(GRAPH)
 
 
 @pytest.mark.parametrize("folder", ["evals", "tasks", "snapstream_core", "sandbox"])
