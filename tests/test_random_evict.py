@@ -9,23 +9,22 @@ reached, and the compiled compaction's tokens equal to the eager one's."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 import torch
-from torch._dynamo.testing import CompileCounter
 
-import snapstream_core as ss
-from snapstream_core.engine import Engine, EngineItem
 from snapstream_core.engine.compact import compact_rows
 from snapstream_core.engine.noise import sample_key
 from snapstream_core.methods import METHODS
 from snapstream_core.methods.random_evict import RandomEvict, priorities
-from tests.method_matrix import prompts
+from tests.decode_method_checks import (
+    GREEDY,
+    SAMPLED,
+    compiled_equals_eager,
+    roomy_budget_is_the_full_cache,
+    rows_1_and_4_agree,
+)
 
 METHOD = RandomEvict(budget=24, interval=8, window=4)
-GREEDY = ss.SamplingConfig(max_new_tokens=20)
-SAMPLED = ss.SamplingConfig(max_new_tokens=20, temperature=0.8, top_p=0.95)
 L, H_KV, D = 2, 3, 4
 
 
@@ -102,38 +101,14 @@ def test_the_prompt_cannot_be_unprotected():
     assert METHODS["random"] is RandomEvict and RandomEvict.policy == "compacting"
 
 
-def run(model, method, ps, sampling=GREEDY, rows=4, samples=(0,), **kw):
-    eng = Engine(model, method, sampling, eos=[], rows=rows, **kw)
-    items = [EngineItem(p, 7 + i, samples, sampling.max_new_tokens, tag=i) for i, p in enumerate(ps)]
-    tokens = {}
-    for ended in eng.run(items):
-        for f in ended:
-            tokens[f.item.tag, f.sample_idx] = f.tokens
-    return tokens, eng
-
-
 @pytest.mark.parametrize("sampling", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
 def test_one_row_and_four_rows_give_the_same_tokens(tiny_model, sampling):
-    ps = prompts((13, 20))
-    one, _ = run(tiny_model, METHOD, ps, sampling, rows=1, samples=(0, 1))
-    four, eng = run(tiny_model, METHOD, ps, sampling, rows=4, samples=(0, 1))
-    assert one == four and len(four) == 4 and eng.compactor.calls >= 2
+    rows_1_and_4_agree(tiny_model, METHOD, (13, 20), sampling)
 
 
 def test_a_budget_never_reached_gives_the_full_caches_tokens(tiny_model):
-    roomy = replace(METHOD, budget=100)
-    ps = prompts((13, 20))
-    assert all(roomy.keeps_all(len(p), GREEDY.max_new_tokens) for p in ps)
-    got, eng = run(tiny_model, roomy, ps)
-    full, _ = run(tiny_model, ss.NoCompression(), ps)
-    assert got == full and eng.compactor.calls == 0
+    roomy_budget_is_the_full_cache(tiny_model, METHOD, (13, 20))
 
 
 def test_the_compiled_compaction_gives_the_eager_tokens(tiny_model):
-    torch._dynamo.reset()
-    counter = CompileCounter()
-    ps = prompts((13, 20))
-    eager, _ = run(tiny_model, METHOD, ps, SAMPLED)
-    compiled, eng = run(tiny_model, METHOD, ps, SAMPLED, compile=True, compile_backend=counter)
-    assert compiled == eager and eng.compactor.calls >= 2 and counter.frame_count == 2
-    torch._dynamo.reset()
+    compiled_equals_eager(tiny_model, METHOD, (13, 20))
