@@ -124,10 +124,10 @@ class AdaKV(CompressionMethod):
             if f.name in SCORER_KNOBS:
                 if f.name in inner:
                     out[f.name] = inner[f.name]
-            elif f.name != "positions":
+            elif f.name not in ("positions", "kv_dtype", "kv_scale"):
                 out[f.name] = getattr(self, f.name)
         out["positions"] = self.positions
-        return out
+        return {**out, **self.kv_knobs()}
 
     @property
     def reads_rope(self) -> bool:  # type: ignore[override]

@@ -7,6 +7,7 @@ from dataclasses import Field, asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from snapstream_core.policies import POLICIES, AppendPolicy, RaggedPolicy, RingPolicy, StoragePolicy
+from snapstream_core.policies.kv_format import KV_DTYPES, KV_SCALES, KVFormat
 from snapstream_core.views import PrefillView, Selection
 
 if TYPE_CHECKING:  # the dataclasses import no torch: configs are checked before torch loads
@@ -60,10 +61,41 @@ class CompressionMethod:
     # whole-cache methods (``DecodeMethod``).
     budget_knob: ClassVar[str] = "prompt_budget"
     positions: str = field(default="original", metadata={TAG: ""})
+    # How the kept entries are stored (snapstream_core.policies.kv_format): the model's dtype, or FP8 E4M3 with
+    # per-row scales over the whole layer (tensor), per KV head (head) or fixed at 1.0 (one, vLLM's default for a
+    # checkpoint without KV scales). Left out of knobs() at their defaults, so the identity of a run in the model's
+    # dtype is what it was before these knobs existed.
+    kv_dtype: str = field(default="auto", metadata={TAG: "kv"})
+    kv_scale: str | None = field(default=None, metadata={TAG: "ks"})
 
     def __post_init__(self) -> None:
         if self.positions not in POSITIONS:
             raise ValueError(f"compression.positions: must be one of {POSITIONS}, got {self.positions!r}")
+        if self.kv_dtype not in KV_DTYPES:
+            raise ValueError(f"compression.kv_dtype: must be one of {', '.join(KV_DTYPES)} (auto: the model's dtype, "
+                             f"bf16 on the 8B models), got {self.kv_dtype!r}")
+        if self.kv_scale is not None and self.kv_dtype != "fp8_e4m3":
+            raise ValueError(f"compression.kv_scale: only read with compression.kv_dtype=fp8_e4m3 (kv_dtype is "
+                             f"{self.kv_dtype}), got {self.kv_scale!r}")
+        if self.kv_dtype == "fp8_e4m3":
+            if self.kv_scale is None:
+                object.__setattr__(self, "kv_scale", "tensor")
+            if self.kv_scale not in KV_SCALES:
+                raise ValueError(f"compression.kv_scale: must be one of {', '.join(KV_SCALES)}, got "
+                                 f"{self.kv_scale!r}")
+
+    @property
+    def kv_format(self) -> KVFormat:
+        """How this instance stores K/V (the planner's bytes per slot, the cache's codec)."""
+        if self.kv_dtype == "fp8_e4m3":
+            return KVFormat("fp8_e4m3", scale=self.kv_scale)
+        return KVFormat()
+
+    def kv_knobs(self) -> dict[str, Any]:
+        """The storage knobs a run's identity and rows carry: none in the model's dtype."""
+        if self.kv_dtype == "auto":
+            return {}
+        return {"kv_dtype": self.kv_dtype, "kv_scale": self.kv_scale}
 
     @property
     def ring(self) -> int | None:
@@ -173,7 +205,7 @@ class CompressionMethod:
         its tokens equal the full cache's (docs/architecture.md, contract 1): the footprint holds them all and
         positions are the original ones (``positions=in_cache`` decodes through ``generate()``, another path).
         The full cache itself is the reference, never kept-all: the one rule the planner and the runner share."""
-        return (self.compresses and self.positions == "original"
+        return (self.compresses and self.positions == "original" and not self.kv_format.quantized
                 and self.footprint(prompt_len, new_tokens) >= prompt_len + new_tokens)
 
     def needs_selection(self, prompt_len: int) -> bool:
@@ -213,7 +245,10 @@ class CompressionMethod:
 
     def knobs(self) -> dict[str, Any]:
         """All knobs, with the method name first (for result rows)."""
-        return {"method": self.method, **asdict(self)}
+        knobs = {"method": self.method, **asdict(self)}
+        if self.kv_dtype == "auto":  # the model's dtype: as before the storage knobs existed
+            del knobs["kv_dtype"], knobs["kv_scale"]
+        return knobs
 
     @classmethod
     def field_names(cls) -> list[str]:

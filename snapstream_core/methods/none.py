@@ -26,4 +26,4 @@ class NoCompression(CompressionMethod):
         return False
 
     def knobs(self) -> dict:
-        return {"method": self.method}  # no knob applies to the full cache
+        return {"method": self.method, **self.kv_knobs()}  # no knob but the storage applies to the full cache
