@@ -42,7 +42,7 @@ def compression_from_config(cfg: Mapping[str, Any]) -> CompressionMethod:
     cls = METHODS[name]
     allowed = cls.field_names()
     ignored = sorted(k for k in cfg if k not in allowed)
-    if ignored and cls.budget_cap != "none":
+    if ignored and name != "none":
         raise ValueError(not_read(cls, ignored[0]))
     if ignored:
         said = (name, tuple(ignored))
@@ -62,6 +62,9 @@ def not_read(cls: type[CompressionMethod], key: str) -> str:
     when ``key`` is another method's budget, else the methods that read ``key`` and the method's own knobs."""
     own = [n for n in cls.field_names() if n != "positions"] + ["positions"]
     budgets = {c.budget_knob for c in METHODS.values()}
+    if (key in budgets or key == "ratio") and cls.budget_knob not in cls.field_names():  # kivi: no budget at all
+        return (f"compression.{key}: {cls.method} does not read it; it has no budget (it keeps every token); "
+                f"its knobs: {', '.join(own)}")
     if key in budgets or key == "ratio":
         return (f"compression.{key}: {cls.method} does not read it; its budget is compression.{cls.budget_knob} "
                 f"({CAPS[cls.budget_cap]})")
