@@ -5,6 +5,8 @@ depend on the rows, the decode path (``generate`` or the engine) or compilation.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from torch._dynamo.testing import CompileCounter
@@ -15,7 +17,7 @@ from snapstream_core.engine import Engine, EngineItem
 from snapstream_core.generate import generate
 from snapstream_core.quant.fp8 import FP8_MAX, fp8_decode, fp8_encode
 from tests.decode_method_checks import GREEDY, SAMPLED, run
-from tests.method_matrix import prompts
+from tests.method_matrix import ALL, ALL_IDS, prompts
 
 LENGTHS = (40, 70, 120)
 
@@ -116,4 +118,32 @@ def test_compiled_equals_eager(tiny_model):
     counter = CompileCounter()
     compiled, eng = run(tiny_model, method, ps, SAMPLED, compile=True, compile_backend=counter)
     assert compiled == eager and eng.compactor.calls >= 2 and counter.frame_count == 2
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("method", ALL, ids=ALL_IDS)
+def test_every_method_stores_fp8(tiny_model, method):
+    """Every registered method (each storage policy: append, ring, compacting, ragged) runs in fp8 on the engine:
+    rows 1 and 4 agree, and a sample's bytes are what KVFormat states for the method's slots."""
+    if method.kv_format.kind != "auto":  # a method with a format of its own (kivi) refuses fp8 on top
+        pytest.skip(f"{method.method} stores {method.kv_format.kind}")
+    quantized = replace(method, kv_dtype="fp8_e4m3", kv_scale="head")
+    one, kv1, _ = kv_peaks(quantized, tiny_model, 1)
+    four, kv4, _ = kv_peaks(quantized, tiny_model, 4)
+    assert one == four and kv1 == kv4
+    for i, T in enumerate(LENGTHS):
+        assert kv4[i] == row_bytes(quantized, tiny_model, T)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", [fp8(ss.NoCompression), fp8(ss.RKV, "head", budget=24, window=4, interval=8)],
+                         ids=["none", "rkv-head"])
+def test_inductor_compiled_equals_eager(tiny_model, method):
+    """With inductor itself (the CPU C++ codegen of the FP8 conversions, the step and the compaction), the tokens
+    are the eager ones (about a minute: ``make test-all``)."""
+    torch._dynamo.reset()
+    ps = prompts(LENGTHS)
+    eager, _ = run(tiny_model, method, ps, SAMPLED)
+    compiled, _ = run(tiny_model, method, ps, SAMPLED, compile=True)
+    assert compiled == eager
     torch._dynamo.reset()
