@@ -1,8 +1,10 @@
 """FP8 E4M3 storage of K/V: quantize on write, dequantize when attention reads.
 
-The stored code of an element ``x`` is vLLM's cache write (``reshape_and_cache_flash``, ``kv_cache_dtype="fp8"``):
-``fp8_e4m3(x / scale)``, here with the value clamped to the format's range (+-448) first, so that a later token
-larger than the scale allows saturates instead of becoming NaN; read back as ``float(code) * scale``. Codes are kept
+The stored code of an element ``x`` is vLLM's CUDA/Triton cache write (``reshape_and_cache_flash``,
+``kv_cache_dtype="fp8"``: ``__nv_cvt_float_to_fp8(x / scale, __NV_SATFINITE, E4M3)``): ``x / scale`` rounded to the
+nearest E4M3 value, ties to even, saturated at +-448 (the clamp keeps a later token larger than the scale allows
+finite where a cast alone may give NaN); read back as ``float(code) * scale``. vLLM's CPU kernel truncates toward
+zero instead (``docs/kv_quant.md``; ``tests/test_fp8_quant.py`` checks both against vLLM's own op). Codes are kept
 as ``uint8`` (the bits of ``torch.float8_e4m3fn``): gathers, scatters and copies of slots then work on every device,
 and only the conversions need the float8 dtype.
 
@@ -34,8 +36,8 @@ def fp8_scale(x: torch.Tensor, valid: torch.Tensor | None, mode: str) -> torch.T
     if mode == "one":
         return torch.ones(B, 1, 1, 1, dtype=torch.float32, device=x.device)
     mag = x.detach().abs().float()
-    if valid is not None:
-        mag = mag * valid[:, None, :, None].to(mag.dtype)
+    if valid is not None:  # a select, not a product: inf * 0 and NaN * 0 are NaN
+        mag = torch.where(valid[:, None, :, None].bool(), mag, torch.zeros((), dtype=mag.dtype, device=mag.device))
     amax = mag.amax(dim=(2, 3), keepdim=True)  # (B, H, 1, 1)
     if mode == "tensor":
         amax = amax.amax(dim=1, keepdim=True)
