@@ -165,3 +165,34 @@ def test_the_method_keeps_every_token_but_is_not_the_full_cache():
     assert method.knobs() == {"method": "kivi", "positions": "original", "bits": 2, "group_size": 32,
                               "residual": 128}
     assert method.kv_format.label == "kivi2/g32/r128"
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["model=smollm2_135m", "compression.group_size=48", "compression.residual=96"],
+     "compression.group_size: must divide the model's head_dim (64), got 48"),
+    (["model=tiny_llama"], "compression.group_size: must divide the model's head_dim (16), got 32"),
+    (["model=smollm2_135m", "compression.bits=3"], "compression.bits: must be 2 or 4, got 3"),
+    (["model=smollm2_135m", "compression.kv_dtype=fp8_e4m3"], "compression.kv_dtype: kivi stores its own"),
+    (["model=smollm2_135m", "compression.prompt_budget=128"],
+     "compression.prompt_budget: kivi does not read it; it has no budget"),
+])
+def test_the_config_check_refuses_before_any_model_loads(overrides, message):
+    """``evals.config.spec.check`` (what ``evals.run`` and every job of a sweep run first): one line naming the field,
+    the head dim read from the model's config, no weights loaded."""
+    from evals.config.spec import check
+    from tests.refusals import one_line_error
+    from tests.runner_utils import compose_cfg
+
+    with pytest.raises(ValueError) as err:
+        check(compose_cfg(["task=needle", "compression=kivi", *overrides]), offline=True)
+    text = one_line_error(err)
+    assert message in text, text
+
+
+def test_the_config_check_accepts_kivi_on_smollm2():
+    from evals.config.spec import check
+    from tests.runner_utils import compose_cfg
+
+    spec = check(compose_cfg(["model=smollm2_135m", "task=needle", "compression=kivi", "compression.bits=4"]),
+                 offline=True)
+    assert spec.method == Kivi(bits=4)

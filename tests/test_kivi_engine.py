@@ -89,6 +89,7 @@ def test_sampled_rows_1_and_4_agree_and_a_samples_bytes_are_the_formula(tiny_mod
         eng = Engine(tiny_model, method, SAMPLED, eos=[], rows=rows)
         runs[rows] = {(f.item.tag, f.sample_idx): f for ended in eng.run(items) for f in ended}
     assert {k: f.tokens for k, f in runs[1].items()} == {k: f.tokens for k, f in runs[4].items()}
+    assert {k: f.kv for k, f in runs[1].items()} == {k: f.kv for k, f in runs[4].items()}  # the same bytes too
     cfg = tiny_model.config
     L, H, D = cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.hidden_size // cfg.num_attention_heads
     fmt = method.kv_format
