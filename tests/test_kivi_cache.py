@@ -196,3 +196,16 @@ def test_the_config_check_accepts_kivi_on_smollm2():
     spec = check(compose_cfg(["model=smollm2_135m", "task=needle", "compression=kivi", "compression.bits=4"]),
                  offline=True)
     assert spec.method == Kivi(bits=4)
+
+
+def test_a_quantized_run_is_never_called_the_full_cache():
+    """The rows' ``compressed`` and the headline's "keeps every token (= full cache)" follow the stored format too:
+    kivi (and fp8 on a method that drops nothing) keeps every token, but not the full cache's outputs."""
+    from evals.record.geometry import keeps_every_token, row_geometry
+
+    assert row_geometry(Kivi(), 100, 20)["compressed"] is True
+    assert keeps_every_token({"method": "kivi", "bits": 4}, [(100, 20)]) is False
+    roomy = {"method": "snapkv", "prompt_budget": 4096}
+    assert keeps_every_token(roomy, [(100, 20)]) is True
+    assert keeps_every_token({**roomy, "kv_dtype": "fp8_e4m3"}, [(100, 20)]) is False
+    assert keeps_every_token({"method": "none"}, [(100, 20)]) is None
