@@ -118,18 +118,12 @@ class KiviLayer(AppendLayer):
         self.key_ring[:, :, m % R] = k[:, :, 0]
         self.value_ring[:, :, m % (R + 1)] = v[:, :, 0]
 
-        kq, vq = R * (m // R), max(m - R, 0)  # slots read from the codes
-        keys_out = torch.cat([
-            dequantize_keys(unpack(self.keys[:, :, :kq], bits), self.key_scale[:, :, : kq // G],
-                            self.key_min[:, :, : kq // G], G, dtype),
-            self.key_ring[:, :, : m + 1 - kq],  # slots [kq, m] at ring indices [0, m - kq]
-        ], dim=2)
+        kq, vq = R * (m // R), max(m - R, 0)  # slots read from the codes; the rest from the rings
+        keys_out = dequantize_keys(unpack(self.keys, bits), self.key_scale, self.key_min, G, dtype)
+        keys_out[:, :, kq:] = self.key_ring[:, :, : m + 1 - kq]  # slots [kq, m] at ring indices [0, m - kq]
+        values_out = dequantize_values(unpack(self.values, bits), self.value_scale, self.value_min, G, dtype)
         ring_idx = torch.arange(vq, m + 1, device=v.device) % (R + 1)
-        values_out = torch.cat([
-            dequantize_values(unpack(self.values[:, :, :vq], bits), self.value_scale[:, :, :vq],
-                              self.value_min[:, :, :vq], G, dtype),
-            self.value_ring.index_select(2, ring_idx),
-        ], dim=2)
+        values_out[:, :, vq:] = self.value_ring.index_select(2, ring_idx)
 
         # after the attention (the official order): a full key ring becomes R / G groups of codes ...
         if (m + 1) % R == 0:

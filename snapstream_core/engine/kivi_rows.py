@@ -12,12 +12,13 @@ slots, ``D`` head dim, ``G`` the group size, ``Rs`` the residual, ``P = D * bits
 - ``key_ring``: (R, H, Rs, D), slot s at ``s % Rs``; ``value_ring``: (R, H, Rs + 1, D), slot s at
   ``s % (Rs + 1)``: the full-precision tokens.
 
-A step writes the new token into both rings, then returns every slot dequantized, except the row's full-precision
-ones taken from the rings: keys at slots ``>= Rs * floor(w / Rs)``, values at slots ``>= max(w - Rs, 0)`` (slots
-past ``w`` are hidden by ``visible``). After that, as the official code does after its attention: a row whose key
-ring is full (``(w + 1) % Rs == 0``) writes the ring's codes and its ``Rs / G`` groups' scales, and a row with
-``w >= Rs`` quantizes the value at slot ``w - Rs``. Rows the condition does not hold for write back what they read
-(a gather, a ``torch.where``, a scatter), so every row runs the same operations.
+A step writes the new token into both rings, then returns every slot dequantized (one float32 buffer per tensor,
+cast to the model's dtype), the row's full-precision ones overwritten from the rings: keys at slots
+``[Rs * floor(w / Rs), w]``, values at ``[max(w - Rs, 0), w]`` (slots past ``w`` are hidden by ``visible``).
+After that, as the official code does after its attention: a row whose key ring is full (``(w + 1) % Rs == 0``)
+writes the ring's codes and its ``Rs / G`` groups' scales, and a row with ``w >= Rs`` quantizes the value at slot
+``w - Rs``. Rows the condition does not hold for write back what they read (a gather, a ``torch.where``, a
+scatter), so every row runs the same operations.
 
 ``DecodeKernels.zeros`` (a CPU kernel's K/V layout) is not used: the codes are not a layout it reads.
 """
@@ -40,6 +41,17 @@ from snapstream_core.quant.kivi import (
 )
 
 STATE = ("keys", "key_scale", "key_min", "values", "value_scale", "value_min", "key_ring", "value_ring")
+
+
+def _from_ring(out: torch.Tensor, ring: torch.Tensor, first: torch.Tensor) -> None:
+    """Overwrite, in ``out`` (R, H, S, D), each row's slots ``[first, first + n)`` (cut at S) with the ring's
+    (R, H, n, D) full-precision tokens, slot s at ring index ``s % n``; ``first`` (R,) long. Slots past a row's
+    written one take stale ring entries: ``visible`` hides them."""
+    R, H, S, D = out.shape
+    n = ring.shape[2]
+    slots = (first[:, None] + torch.arange(n, device=first.device)).clamp(max=S - 1)  # (R, n): cut at S
+    src = ring.gather(2, (slots % n)[:, None, :, None].expand(R, H, n, D))  # a cut slot's own entry: no conflict
+    out.scatter_(2, slots[:, None, :, None].expand(R, H, n, D), src.to(out.dtype))
 
 
 class KiviRowCache(RowCache):
@@ -106,13 +118,10 @@ class KiviRowCache(RowCache):
         kr.scatter_(2, (w % Rs)[:, None, None, None].expand(R, H, 1, D), key_states.to(kr.dtype))
         vr.scatter_(2, (w % (Rs + 1))[:, None, None, None].expand(R, H, 1, D), value_states.to(vr.dtype))
 
-        s = torch.arange(S, device=w.device)
-        key_full = s >= ((w // Rs) * Rs)[:, None]  # (R, S)
-        value_full = s >= (w - Rs).clamp(min=0)[:, None]
-        keys = torch.where(key_full[:, None, :, None], kr.index_select(2, s % Rs),
-                           dequantize_keys(unpack(kc, bits), ks, km, G, self.dtype))
-        values = torch.where(value_full[:, None, :, None], vr.index_select(2, s % (Rs + 1)),
-                             dequantize_values(unpack(vc, bits), vs, vm, G, self.dtype))
+        keys = dequantize_keys(unpack(kc, bits), ks, km, G, self.dtype)
+        values = dequantize_values(unpack(vc, bits), vs, vm, G, self.dtype)
+        _from_ring(keys, kr, (w // Rs) * Rs)  # the keys since the last multiple of Rs, the new one included
+        _from_ring(values, vr, (w - Rs).clamp(min=0))  # the latest Rs values and the new one
 
         self._flush_keys(w, kc, ks, km, kr)
         self._push_value(w, vc, vs, vm, vr)

@@ -76,27 +76,34 @@ def quantize_values(v: torch.Tensor, group_size: int, bits: int) -> tuple[torch.
 def dequantize_keys(codes: torch.Tensor, scale: torch.Tensor, mn: torch.Tensor, group_size: int,
                     dtype: torch.dtype | None = None) -> torch.Tensor:
     """codes (B, H_kv, T, D) uint8, scale and mn (B, H_kv, ceil(T / group_size), D) -> (B, H_kv, T, D) keys
-    ``code * scale + mn`` in ``dtype`` (default: the scale's), computed in float32. ``T`` need not be a multiple of
-    the group (a row's slots): the last group's scale covers the rest."""
-    T = codes.shape[2]
-    s = scale.float().repeat_interleave(group_size, dim=2)[:, :, :T]
-    m = mn.float().repeat_interleave(group_size, dim=2)[:, :, :T]
-    return (codes.float() * s + m).to(dtype or scale.dtype)
+    ``code * scale + mn`` in ``dtype`` (default: the scale's), computed in float32 in one buffer (the scales are
+    broadcast over their group, never repeated). ``T`` need not be a multiple of the group (a row's slots): the
+    last group's scale covers the rest."""
+    x = codes.to(torch.float32)
+    T, G = x.shape[2], group_size
+    full = T - T % G
+    if full:
+        n = full // G
+        x[:, :, :full].unflatten(2, (n, G)).mul_(scale[:, :, :n, None]).add_(mn[:, :, :n, None])
+    if full < T:
+        n = full // G
+        x[:, :, full:].mul_(scale[:, :, n : n + 1]).add_(mn[:, :, n : n + 1])
+    return x.to(dtype or scale.dtype)
 
 
 def dequantize_values(codes: torch.Tensor, scale: torch.Tensor, mn: torch.Tensor, group_size: int,
                       dtype: torch.dtype | None = None) -> torch.Tensor:
     """codes (B, H_kv, T, D) uint8, scale and mn (B, H_kv, T, D // group_size) -> (B, H_kv, T, D) values
-    ``code * scale + mn`` in ``dtype`` (default: the scale's), computed in float32."""
-    s = scale.float().repeat_interleave(group_size, dim=-1)
-    m = mn.float().repeat_interleave(group_size, dim=-1)
-    return (codes.float() * s + m).to(dtype or scale.dtype)
+    ``code * scale + mn`` in ``dtype`` (default: the scale's), computed in float32 in one buffer."""
+    x = codes.to(torch.float32)
+    x.unflatten(-1, (x.shape[-1] // group_size, group_size)).mul_(scale[..., None]).add_(mn[..., None])
+    return x.to(dtype or scale.dtype)
 
 
 def _shifts(bits: int, device: torch.device) -> torch.Tensor:
-    """(8 // bits,) int32 bit offsets of the codes in a byte, the first code in the low bits (the official order
+    """(8 // bits,) uint8 bit offsets of the codes in a byte, the first code in the low bits (the official order
     within a word)."""
-    return torch.arange(0, 8, bits, dtype=torch.int32, device=device)
+    return torch.arange(0, 8, bits, dtype=torch.uint8, device=device)
 
 
 def pack(codes: torch.Tensor, bits: int) -> torch.Tensor:
@@ -107,11 +114,10 @@ def pack(codes: torch.Tensor, bits: int) -> torch.Tensor:
     if D % c:
         raise ValueError(f"pack: {D} codes are not a multiple of {c} (codes per byte at {bits} bits)")
     grouped = codes.reshape(*codes.shape[:-1], D // c, c).to(torch.int32)
-    return (grouped << _shifts(bits, codes.device)).sum(-1).to(torch.uint8)
+    return (grouped << _shifts(bits, codes.device).to(torch.int32)).sum(-1).to(torch.uint8)
 
 
 def unpack(packed: torch.Tensor, bits: int) -> torch.Tensor:
-    """(..., P) uint8 from :func:`pack` -> (..., P * 8 // bits) uint8 codes."""
-    c = 8 // bits
-    codes = (packed[..., None].to(torch.int32) >> _shifts(bits, packed.device)) & max_code(bits)
-    return codes.reshape(*packed.shape[:-1], packed.shape[-1] * c).to(torch.uint8)
+    """(..., P) uint8 from :func:`pack` -> (..., P * 8 // bits) uint8 codes (uint8 throughout)."""
+    codes = (packed[..., None] >> _shifts(bits, packed.device)) & max_code(bits)
+    return codes.reshape(*packed.shape[:-1], packed.shape[-1] * (8 // bits))
