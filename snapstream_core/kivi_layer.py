@@ -31,7 +31,7 @@ from snapstream_core.quant.kivi import (
     pack,
     quantize_keys,
     quantize_values,
-    unpack,
+    unpack_float,
 )
 
 QUANT_STATE = ("key_scale", "key_min", "value_scale", "value_min", "key_ring", "value_ring")
@@ -119,9 +119,9 @@ class KiviLayer(AppendLayer):
         self.value_ring[:, :, m % (R + 1)] = v[:, :, 0]
 
         kq, vq = R * (m // R), max(m - R, 0)  # slots read from the codes; the rest from the rings
-        keys_out = dequantize_keys(unpack(self.keys, bits), self.key_scale, self.key_min, G, dtype)
+        keys_out = dequantize_keys(unpack_float(self.keys, bits), self.key_scale, self.key_min, G, dtype)
         keys_out[:, :, kq:] = self.key_ring[:, :, : m + 1 - kq]  # slots [kq, m] at ring indices [0, m - kq]
-        values_out = dequantize_values(unpack(self.values, bits), self.value_scale, self.value_min, G, dtype)
+        values_out = dequantize_values(unpack_float(self.values, bits), self.value_scale, self.value_min, G, dtype)
         ring_idx = torch.arange(vq, m + 1, device=v.device) % (R + 1)
         values_out[:, :, vq:] = self.value_ring.index_select(2, ring_idx)
 

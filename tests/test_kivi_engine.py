@@ -126,3 +126,26 @@ def test_inductor_compiled_tokens_equal_eager(tiny_model):
                                                                     for i, p in enumerate(ps)]) for f in ended}
     torch._dynamo.reset()
     assert out[True] == out[False]
+
+
+@pytest.mark.parametrize("dtype, bound", [(torch.bfloat16, 1.05), (torch.float32, 1.0)])
+def test_a_steps_dequantized_read_is_about_the_formula(dtype, bound):
+    """The tensor memory one layer's update allocates at its peak (tracked: the dequantized K/V and the float32
+    buffer they are computed in) against ``KVFormat.read_bytes``, what the planner counts for the step's read:
+    within 5% above it in bf16 (the scales' float32 copies), below it in float32 (the buffer is the output)."""
+    from tests.alloc_tracker import AllocTracker
+
+    method = Kivi(bits=2, group_size=32, residual=128)
+    H, D, T, S, R = 8, 128, 1000, 2048, 2
+    k, v = torch.randn(1, H, T, D, dtype=dtype), torch.randn(1, H, T, D, dtype=dtype)
+    rows = KiviRowCache.empty(R, S, prefilled(method, k, v))
+    for r in range(R):
+        rows.load(r, prefilled(method, k, v))
+    rows.write_slot = torch.full((R,), T)
+    rows.mark_written()
+    new = torch.randn(R, H, 1, D, dtype=dtype)
+    with AllocTracker() as tracker:
+        out = rows.update(new, new, 0)
+        del out
+    planned = method.kv_format.read_bytes(S, H, D, dtype.itemsize) * R
+    assert 0.75 * planned < tracker.peak <= bound * planned, (tracker.peak, planned)

@@ -37,7 +37,7 @@ from snapstream_core.quant.kivi import (
     pack,
     quantize_keys,
     quantize_values,
-    unpack,
+    unpack_float,
 )
 
 STATE = ("keys", "key_scale", "key_min", "values", "value_scale", "value_min", "key_ring", "value_ring")
@@ -118,8 +118,8 @@ class KiviRowCache(RowCache):
         kr.scatter_(2, (w % Rs)[:, None, None, None].expand(R, H, 1, D), key_states.to(kr.dtype))
         vr.scatter_(2, (w % (Rs + 1))[:, None, None, None].expand(R, H, 1, D), value_states.to(vr.dtype))
 
-        keys = dequantize_keys(unpack(kc, bits), ks, km, G, self.dtype)
-        values = dequantize_values(unpack(vc, bits), vs, vm, G, self.dtype)
+        keys = dequantize_keys(unpack_float(kc, bits), ks, km, G, self.dtype)
+        values = dequantize_values(unpack_float(vc, bits), vs, vm, G, self.dtype)
         _from_ring(keys, kr, (w // Rs) * Rs)  # the keys since the last multiple of Rs, the new one included
         _from_ring(values, vr, (w - Rs).clamp(min=0))  # the latest Rs values and the new one
 

@@ -75,10 +75,10 @@ def quantize_values(v: torch.Tensor, group_size: int, bits: int) -> tuple[torch.
 
 def dequantize_keys(codes: torch.Tensor, scale: torch.Tensor, mn: torch.Tensor, group_size: int,
                     dtype: torch.dtype | None = None) -> torch.Tensor:
-    """codes (B, H_kv, T, D) uint8, scale and mn (B, H_kv, ceil(T / group_size), D) -> (B, H_kv, T, D) keys
-    ``code * scale + mn`` in ``dtype`` (default: the scale's), computed in float32 in one buffer (the scales are
-    broadcast over their group, never repeated). ``T`` need not be a multiple of the group (a row's slots): the
-    last group's scale covers the rest."""
+    """codes (B, H_kv, T, D) uint8, or float32 (:func:`unpack_float`: that buffer is then overwritten), scale and mn
+    (B, H_kv, ceil(T / group_size), D) -> (B, H_kv, T, D) keys ``code * scale + mn`` in ``dtype`` (default: the
+    scale's), computed in float32 in one buffer (the scales are broadcast over their group, never repeated). ``T``
+    need not be a multiple of the group (a row's slots): the last group's scale covers the rest."""
     x = codes.to(torch.float32)
     T, G = x.shape[2], group_size
     full = T - T % G
@@ -93,8 +93,9 @@ def dequantize_keys(codes: torch.Tensor, scale: torch.Tensor, mn: torch.Tensor, 
 
 def dequantize_values(codes: torch.Tensor, scale: torch.Tensor, mn: torch.Tensor, group_size: int,
                       dtype: torch.dtype | None = None) -> torch.Tensor:
-    """codes (B, H_kv, T, D) uint8, scale and mn (B, H_kv, T, D // group_size) -> (B, H_kv, T, D) values
-    ``code * scale + mn`` in ``dtype`` (default: the scale's), computed in float32 in one buffer."""
+    """codes (B, H_kv, T, D) uint8, or float32 (overwritten), scale and mn (B, H_kv, T, D // group_size) ->
+    (B, H_kv, T, D) values ``code * scale + mn`` in ``dtype`` (default: the scale's), computed in float32 in one
+    buffer."""
     x = codes.to(torch.float32)
     x.unflatten(-1, (x.shape[-1] // group_size, group_size)).mul_(scale[..., None]).add_(mn[..., None])
     return x.to(dtype or scale.dtype)
@@ -121,3 +122,13 @@ def unpack(packed: torch.Tensor, bits: int) -> torch.Tensor:
     """(..., P) uint8 from :func:`pack` -> (..., P * 8 // bits) uint8 codes (uint8 throughout)."""
     codes = (packed[..., None] >> _shifts(bits, packed.device)) & max_code(bits)
     return codes.reshape(*packed.shape[:-1], packed.shape[-1] * (8 // bits))
+
+
+def unpack_float(packed: torch.Tensor, bits: int) -> torch.Tensor:
+    """(..., P) uint8 from :func:`pack` -> (..., P * 8 // bits) float32 codes, written straight into the float32
+    buffer the dequantization then works in (no full-size uint8 copy of the codes)."""
+    c = 8 // bits
+    out = torch.empty(*packed.shape, c, dtype=torch.float32, device=packed.device)
+    for i in range(c):
+        out[..., i] = (packed >> (i * bits)) & max_code(bits)
+    return out.flatten(-2)
