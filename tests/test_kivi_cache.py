@@ -209,3 +209,16 @@ def test_a_quantized_run_is_never_called_the_full_cache():
     assert keeps_every_token(roomy, [(100, 20)]) is True
     assert keeps_every_token({**roomy, "kv_dtype": "fp8_e4m3"}, [(100, 20)]) is False
     assert keeps_every_token({"method": "none"}, [(100, 20)]) is None
+
+
+def test_n_samples_from_one_prefill_copy_the_whole_kivi_state(tiny_model):
+    """``generate(n=3)`` repeats the prefilled cache (codes, scales, minima and rings) for each sample."""
+    from snapstream_core.generate import SamplingConfig, generate
+
+    method = Kivi(bits=2, group_size=8, residual=16)
+    p = _ids(40, seed=3)[0].tolist()
+    one = generate(tiny_model, [p], method, SamplingConfig(max_new_tokens=30), eos_token_ids=[], pad_token_id=0)
+    three = generate(tiny_model, [p], method, SamplingConfig(max_new_tokens=30, n=3), eos_token_ids=[],
+                     pad_token_id=0)
+    assert three.tokens[0] == [one.tokens[0][0]] * 3
+    assert three.stats["kv_bytes_peak"] == one.stats["kv_bytes_peak"]  # per sequence
