@@ -1,0 +1,69 @@
+"""The quantized KV storages in the config and the planner: the run tag and directory name the storage (an FP8 run
+never shares the bf16 run's), the planner's rows are ``KVFormat.row_bytes`` plus one layer's dequantized read, the
+model's dtype keeps every figure it had, and a quantized run is never an alias of the bf16 full cache."""
+
+from __future__ import annotations
+
+import pytest
+
+from evals.config.spec import check
+from evals.plan import alias_of, choose_rows, job_from_spec, peak_bytes
+from evals.plan.cost import step_terms
+from evals.plan.job import peak_terms
+from snapstream_core.policies.kv_format import KVFormat
+from tests.runner_utils import compose_cfg
+
+FP8 = ["compression.kv_dtype=fp8_e4m3"]
+
+
+def _cfg(*overrides):
+    return compose_cfg(["model=llama31_8b_instruct", "task=aime24", *overrides])
+
+
+def _job(*overrides):
+    return job_from_spec(check(_cfg(*overrides), offline=True))
+
+
+@pytest.mark.parametrize(("overrides", "tag"), [
+    (["compression=none"], "none"),
+    (["compression=none", *FP8], "none-kvfp8_e4m3-kstensor"),
+    (["compression=none", *FP8, "compression.kv_scale=one"], "none-kvfp8_e4m3-ksone"),
+    (["compression=rkv", "compression.budget=1024", *FP8, "compression.kv_scale=head"], None),
+])
+def test_the_tag_and_run_dir_name_the_storage_only_when_it_is_not_the_model_dtype(overrides, tag):
+    cfg = _cfg(*overrides)
+    spec = check(cfg, offline=True)
+    if tag is None:  # a method's own tag, then the storage
+        plain = _cfg(*[o for o in overrides if "kv_" not in o])
+        tag = f"{plain.compression.tag}-kvfp8_e4m3-kshead"
+    assert cfg.compression.tag == tag and spec.compression_tag == tag
+    assert cfg.run_dir.split("/")[3] == tag
+    assert _job(*overrides).label.split()[2] == tag
+
+
+def test_the_rows_hold_the_format_bytes_and_one_layer_dequantized_read():
+    auto, fp8 = _job("compression=none"), _job("compression=none", *FP8)
+    s, S = auto.shape, auto.slots
+    assert fp8.slots == S
+    a, q = peak_terms(auto, 4), peak_terms(fp8, 4)
+    per_auto = a["rows"] // 4
+    per_fp8 = q["rows"] // 4
+    fmt = KVFormat("fp8_e4m3", scale="tensor")
+    kv_auto, kv_fp8 = S * s.kv_bytes_per_token, fmt.row_bytes(S, s.n_layers, s.n_kv_heads, s.head_dim, 2)
+    read = fmt.read_bytes(S, s.n_kv_heads, s.head_dim, 2)
+    assert kv_fp8 == kv_auto // 2 + s.n_layers * 2 * 4  # one byte an element, an fp32 scale per layer for K and V
+    assert per_auto - per_fp8 == kv_auto - kv_fp8 - read  # the rows differ by the storage and the read only
+    assert a["weights"] == q["weights"]
+    assert choose_rows(_job("compression=none", *FP8, "gen.n_samples=64")) > choose_rows(
+        _job("compression=none", "gen.n_samples=64"))
+    # the step moves the codes, and the unfused path's copy of every layer
+    t_auto, t_fp8 = step_terms(auto, 8), step_terms(fp8, 8)
+    assert t_auto["compute"] == t_fp8["compute"] and t_auto["bandwidth"] != t_fp8["bandwidth"]
+
+
+def test_a_quantized_run_is_never_an_alias_of_the_bf16_full_cache():
+    keeps = ["compression=snapkv", "compression.prompt_budget=1024"]
+    assert alias_of(_job(*keeps), 1024) is not None
+    assert alias_of(_job(*keeps, *FP8), 1024) is None
+    assert alias_of(_job(*keeps, *FP8, "compression.kv_scale=one"), 1024) is None
+    assert peak_bytes(_job(*keeps, *FP8), 1) < peak_bytes(_job(*keeps), 1)
