@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
 from snapstream_core.hints import did_you_mean
@@ -60,7 +61,8 @@ CAPS = {"prompt": "caps the prompt kept; decoded tokens are added beside it",
 def not_read(cls: type[CompressionMethod], key: str) -> str:
     """The one line refusing ``compression.<key>`` for a method that does not read it: the method's own budget knob
     when ``key`` is another method's budget, else the methods that read ``key`` and the method's own knobs."""
-    own = [n for n in cls.field_names() if n != "positions"] + ["positions"]
+    shared = [f.name for f in fields(CompressionMethod)]  # positions, kv_dtype, kv_scale: last
+    own = [n for n in cls.field_names() if n not in shared] + shared
     budgets = {c.budget_knob for c in METHODS.values()}
     if key in budgets or key == "ratio":
         return (f"compression.{key}: {cls.method} does not read it; its budget is compression.{cls.budget_knob} "

@@ -85,6 +85,11 @@ class CompressedLayer(SlotIndex, CacheLayerMixin):
         self.n_frozen = 0
         self.filled = 0
         self.init_slot_index()
+        # FP8 storage (compression.kv_dtype=fp8_e4m3): keys/values hold uint8 codes from the selection on, with the
+        # row's fp32 scales (B, 1 or H_kv, 1, 1) fixed at the prefill; what update returns is dequantized.
+        self.fp8_scale_mode = method.kv_scale if method.kv_dtype == "fp8_e4m3" else None
+        self.k_scale: torch.Tensor | None = None
+        self.v_scale: torch.Tensor | None = None
         # Views of the K/V storage over the first ``_view_n`` slots, reused while that count does not change (decode
         # steps of a full ring); ``None`` after the storage is replaced.
         self._view_n: int | None = None
@@ -121,7 +126,13 @@ class CompressedLayer(SlotIndex, CacheLayerMixin):
         if self.keys is None:
             return self._store_prefill(key_states, value_states)
         self.seen += key_states.shape[-2]
-        out = self._write(key_states, value_states)
+        if self.k_scale is None:
+            out = self._write(key_states, value_states)
+        else:  # quantize on write, dequantize what attention reads
+            from snapstream_core.quant.fp8 import fp8_decode, fp8_encode
+
+            keys, values = self._write(fp8_encode(key_states, self.k_scale), fp8_encode(value_states, self.v_scale))
+            out = fp8_decode(keys, self.k_scale, self.dtype), fp8_decode(values, self.v_scale, self.dtype)
         self._record()
         return out
 
@@ -137,7 +148,9 @@ class CompressedLayer(SlotIndex, CacheLayerMixin):
         B, H_kv, T, _ = k.shape
         self.keys, self.values = k, v
         self.seen = T
-        self.pending = self.method.compresses  # method none: plain append from the start, no slot index needed
+        # method none: plain append from the start, no slot index needed (but an FP8 cache takes its scales from
+        # the prompt's valid tokens, which the selection step is given)
+        self.pending = self.method.compresses or self.fp8_scale_mode is not None
         self._record()
         return k, v
 
@@ -187,6 +200,12 @@ class CompressedLayer(SlotIndex, CacheLayerMixin):
         pos = positions[:, None, :].expand(B, H_kv, T).gather(-1, idx)
         self.has_invalid = not bool(valid.all())
         self.next_pos = positions[:, -1] + 1
+        if self.fp8_scale_mode is not None:  # the scales of the row's valid prompt tokens; then keep codes
+            from snapstream_core.quant.fp8 import fp8_encode, fp8_scale
+
+            self.k_scale = fp8_scale(keys, key_valid, self.fp8_scale_mode)
+            self.v_scale = fp8_scale(values, key_valid, self.fp8_scale_mode)
+            keys, values = fp8_encode(keys, self.k_scale), fp8_encode(values, self.v_scale)
         self._keep(keys, values, idx, valid, pos, n_frozen)
         self.view_n, self._view = self._slots_now(), None
         self._view_n = None
@@ -237,9 +256,11 @@ class CompressedLayer(SlotIndex, CacheLayerMixin):
         return schedules[0]
 
     def nbytes(self) -> int:
+        """Bytes of the K/V storage (codes, and the FP8 scales)."""
         if self.keys is None:
             return 0
-        return self.keys.numel() * self.keys.element_size() + self.values.numel() * self.values.element_size()
+        scales = 0 if self.k_scale is None else (self.k_scale.numel() + self.v_scale.numel()) * 4
+        return self.keys.numel() * self.keys.element_size() + self.values.numel() * self.values.element_size() + scales
 
     def _slot_bytes(self) -> int:
         """Bytes of K and V of one slot of one KV head."""
@@ -254,7 +275,7 @@ class CompressedLayer(SlotIndex, CacheLayerMixin):
     # ------------------------------------------------------------------ batch surgery (generate, sample-n, beams)
     def _map_batch(self, fn) -> None:
         self.flush_positions()
-        for name in ("keys", "values", "valid", "pos", "next_pos", "counts"):
+        for name in ("keys", "values", "valid", "pos", "next_pos", "counts", "k_scale", "v_scale"):
             value = getattr(self, name, None)
             if value is not None:
                 setattr(self, name, fn(value))

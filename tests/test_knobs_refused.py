@@ -60,7 +60,7 @@ def test_the_mixed_budget_sweep_is_refused_for_rkv_before_any_model_loads(tmp_pa
 @pytest.mark.parametrize("overrides, message", [
     (["compression=knorm", "compression.n_future=nan"],
      "compression.n_future: knorm does not read it (a knob of expected_attention, adakv); its knobs: prompt_budget, "
-     "ratio, sinks, recent, positions"),
+     "ratio, sinks, recent, positions, kv_dtype, kv_scale"),
     (["compression=rkv", "compression.offset_max_length=0"],
      "compression.offset_max_length: rkv does not read it (a knob of triattention)"),
     (["compression=snapkv", "compression.recent=64"], "compression.recent: snapkv does not read it"),

@@ -102,7 +102,7 @@ def test_it_shows_up_in_the_hydra_group(registered):
     assert validate(["-m", *TINY, "compression=none,keep_first", "compression.first_k=12"]) == []
     assert validate(["-m", *TINY, "compression=snapstream,keep_first", "compression.first_k=12"]) == [
         "compression=snapstream: compression.first_k: snapstream does not read it (a knob of keep_first); its knobs: "
-        "prompt_budget, window, kernel, pooling, gqa_agg, sinks, ratio, recent, positions"
+        "prompt_budget, window, kernel, pooling, gqa_agg, sinks, ratio, recent, positions, kv_dtype, kv_scale"
     ]
     assert validate([*TINY, "compression=keep_first", "compression.frist_k=3"]) == [
         "compression.frist_k: no such key (did you mean compression.first_k?) (`python -m evals.run --cfg job` "

@@ -12,12 +12,13 @@ import torch
 
 from snapstream_core.engine.step import EngineError, is_oom, one_line
 from snapstream_core.methods.decode_base import CompactView, DecodeMethod, compact_order
+from snapstream_core.quant.fp8 import fp8_decode
 
 
 def compact_rows(method: DecodeMethod, keys: list[torch.Tensor], values: list[torch.Tensor], visible: torch.Tensor,
                  pos: torch.Tensor, queries: torch.Tensor | None, prompt_len: torch.Tensor, now: torch.Tensor,
                  due: torch.Tensor, scaling: float, inv_freq: torch.Tensor | None, row_keys: torch.Tensor | None = None,
-                 attn_sum: torch.Tensor | None = None) -> torch.Tensor:
+                 attn_sum: torch.Tensor | None = None, scales: tuple | None = None) -> torch.Tensor:
     """One compaction of the rows ``due`` (R,) bool, in place, at fixed shapes (the other rows are left as they are).
 
     Per layer l: ``keys[l]``, ``values[l]`` (R, H_kv, S, D); ``visible`` (L, R, H_kv, S) bool, each row's held
@@ -25,7 +26,9 @@ def compact_rows(method: DecodeMethod, keys: list[torch.Tensor], values: list[to
     written with); ``queries`` (L, R, H, Q, D) or None, the ring of the last Q queries at index ``position % Q``;
     ``prompt_len``, ``now`` (R,) long: prompt lengths and the position just written; ``row_keys`` (R,) long or None:
     each row's sample noise key; ``attn_sum`` (L, R, H_kv, S) float32 or None: attention accumulated per slot, moved
-    with its slot (a freed slot starts at 0). Returns ``kept`` (R,) long: entries each due row holds after it (the
+    with its slot (a freed slot starts at 0); ``scales``: ``(k_scale, v_scale, dtype)`` when the rows store FP8 codes
+    (per layer (R, 1 or H_kv, 1, 1) fp32; :class:`~.fp8_rows.Fp8RowCache`): the method scores the dequantized K/V and
+    the codes move. Returns ``kept`` (R,) long: entries each due row holds after it (the
     others: what they hold)."""
     L, R, H_kv, S = visible.shape
     slot = torch.arange(S, device=visible.device)
@@ -40,7 +43,11 @@ def compact_rows(method: DecodeMethod, keys: list[torch.Tensor], values: list[to
         if queries is not None:
             _, _, H, _, D = queries.shape
             q = queries[layer].gather(2, ring[:, None, :, None].expand(R, H, Q, D))
-        views.append(CompactView(keys=keys[layer], values=values[layer], positions=pos[layer], valid=visible[layer],
+        k, v = keys[layer], values[layer]
+        if scales is not None:
+            k_scale, v_scale, dtype = scales
+            k, v = fp8_decode(k, k_scale[layer], dtype), fp8_decode(v, v_scale[layer], dtype)
+        views.append(CompactView(keys=k, values=v, positions=pos[layer], valid=visible[layer],
                                  held=held, prompt_len=prompt_len, queries=q, scaling=scaling, inv_freq=inv_freq,
                                  layer_idx=layer, row_keys=row_keys,
                                  attn_sum=None if attn_sum is None else attn_sum[layer]))
@@ -103,7 +110,7 @@ class Compactor:
         self.calls += 1
         try:
             self.fn(self.method, cache.keys, cache.values, cache.visible, batch.pos, batch.queries, batch.pos0,
-                    batch.now(), mask, self.scaling, self.inv_freq, batch.keys, batch.attn_sum)
+                    batch.now(), mask, self.scaling, self.inv_freq, batch.keys, batch.attn_sum, fp8_scales(cache))
         except Exception as exc:
             if not self.compiled or is_oom(exc):
                 raise
@@ -122,5 +129,13 @@ def compactor_for(method, cache, batch, model, compile: bool, backend: str) -> C
     L, _, H_kv, _ = cache.visible.shape
     D = cache.keys[0].shape[-1]
     H = model.config.get_text_config().num_attention_heads
-    batch.track_compaction(L, H_kv, H, method.query_window, D, cache.keys[0].dtype, method.accumulates_attention)
+    dtype = getattr(cache, "dtype", cache.keys[0].dtype)  # the model's (FP8 rows store codes)
+    batch.track_compaction(L, H_kv, H, method.query_window, D, dtype, method.accumulates_attention)
     return Compactor(method, model, D, cache.visible.device, compile, backend)
+
+
+def fp8_scales(cache) -> tuple | None:
+    """``(k_scale, v_scale, dtype)`` of FP8 rows (:class:`~.fp8_rows.Fp8RowCache`), None for rows in the model's
+    dtype."""
+    k_scale = getattr(cache, "k_scale", None)
+    return None if k_scale is None else (k_scale, cache.v_scale, cache.dtype)

@@ -50,6 +50,7 @@ from snapstream_core.engine.items import EngineItem, EngineStats, Finished
 from snapstream_core.engine.noise import sample_key
 from snapstream_core.engine.queue import RunQueue
 from snapstream_core.engine.row_blocks import MIN_CPU_ROWS, blocks, held_rows, row_block
+from snapstream_core.engine.row_caches import row_cache_class
 from snapstream_core.engine.rows import RowCache
 from snapstream_core.engine.scheduler import Scheduler, Ticket
 from snapstream_core.engine.step import DecodeKernels, EngineError, Step, is_oom, memory_line
@@ -157,8 +158,9 @@ class Engine:
             return
         self.cache = self.batch = None
         try:
-            self.cache = RowCache.empty(self.held_rows, slots, prefix,
-                                        None if self.kernels is None else self.kernels.zeros)
+            rows_class = row_cache_class(self.method.kv_format)
+            self.cache = rows_class.empty(self.held_rows, slots, prefix,
+                                          None if self.kernels is None else self.kernels.zeros)
         except Exception as exc:
             if is_oom(exc):
                 raise self._oom("allocating the decode rows", exc) from exc
@@ -316,10 +318,9 @@ class Engine:
                     n_tokens: int) -> dict[str, int]:
         """The prefix cache's figures, with the sample's own decode row (the method's slots for its prompt, as
         if it decoded alone: a sample's figures do not depend on its neighbours) and the tokens it held."""
-        per_slot = self.cache.nbytes_per_row() // self.cache.slots
         T = len(item.ids)
         held = self.method.peak_tokens(T, n_tokens - 1)
-        row_bytes = per_slot * self.method.slots(T, ticket.max_new_tokens)
+        row_bytes = self.cache.bytes_for(self.method.slots(T, ticket.max_new_tokens))
         return {**prefix_kv, "kv_tokens_peak": max(prefix_kv["kv_tokens_peak"], held),
                 "kv_bytes_peak": max(prefix_kv["kv_bytes_peak"], row_bytes), "kv_bytes_final": row_bytes}
 

@@ -132,4 +132,9 @@ class RowCache(Cache):
         return schedule
 
     def nbytes_per_row(self) -> int:
+        """Bytes of one row's K/V storage in every layer."""
         return sum(t[0].numel() * t.element_size() for t in (*self.keys, *self.values))
+
+    def bytes_for(self, slots: int) -> int:
+        """Bytes of the K/V storage of a row of ``slots`` slots (a sample's own figure, whatever the rows hold)."""
+        return self.nbytes_per_row() // self.slots * slots

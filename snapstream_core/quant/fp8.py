@@ -27,27 +27,28 @@ def has_fp8() -> bool:
 
 
 def fp8_scale(x: torch.Tensor, valid: torch.Tensor | None, mode: str) -> torch.Tensor:
-    """x (B, H_kv, T, D), valid (B, T) bool or None (all valid) -> (B, H_kv, 1, 1) fp32 scales for ``mode``
-    ``"tensor"`` (the same for every head of a row), ``"head"`` or ``"one"``."""
+    """x (B, H_kv, T, D), valid (B, T) bool or None (all valid) -> fp32 scales for ``mode``: (B, 1, 1, 1) for
+    ``"tensor"`` (one per row over every head) and ``"one"`` (1.0), (B, H_kv, 1, 1) for ``"head"``. What is stored
+    is exactly these (``KVFormat.scales_per_layer``); they broadcast over the heads."""
     B, H, _, _ = x.shape
     if mode == "one":
-        return torch.ones(B, H, 1, 1, dtype=torch.float32, device=x.device)
+        return torch.ones(B, 1, 1, 1, dtype=torch.float32, device=x.device)
     mag = x.detach().abs().float()
     if valid is not None:
         mag = mag * valid[:, None, :, None].to(mag.dtype)
     amax = mag.amax(dim=(2, 3), keepdim=True)  # (B, H, 1, 1)
     if mode == "tensor":
-        amax = amax.amax(dim=1, keepdim=True).expand(B, H, 1, 1)
+        amax = amax.amax(dim=1, keepdim=True)
     elif mode != "head":
         raise ValueError(f"compression.kv_scale: must be tensor, head or one, got {mode!r}")
     return (amax / FP8_MAX).clamp(min=MIN_SCALE).contiguous()
 
 
 def fp8_encode(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """x (B, H_kv, n, D) in any float dtype, scale (B, H_kv, 1, 1) fp32 -> (B, H_kv, n, D) uint8 E4M3 codes."""
+    """x (B, H_kv, n, D) in any float dtype, scale (B, 1 or H_kv, 1, 1) fp32 -> (B, H_kv, n, D) uint8 E4M3 codes."""
     return (x.float() / scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn).view(torch.uint8)
 
 
 def fp8_decode(codes: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """codes (B, H_kv, n, D) uint8, scale (B, H_kv, 1, 1) fp32 -> (B, H_kv, n, D) in ``dtype``."""
+    """codes (B, H_kv, n, D) uint8, scale (B, 1 or H_kv, 1, 1) fp32 -> (B, H_kv, n, D) in ``dtype``."""
     return (codes.view(torch.float8_e4m3fn).float() * scale).to(dtype)
