@@ -11,9 +11,8 @@ after its selection, ``w`` the query rows the selection scores with::
 
     prefill = T*d*b                                  residual stream
             + 2*T*H_kv*D*b                           one full layer of KV (the staging buffer)
-            + (L-1)*(max(F, auto).layer_bytes(S) + 9*S*H_kv)
-                                                     layers already compressed (K, V in the larger of the method's
-                                                     format and the model's dtype, bool validity, long position)
+            + (L-1)*(F.layer_bytes(S) + 9*S*H_kv)      layers already compressed (K, V in the method's KVFormat F:
+                                                     2*S*H_kv*D*b for auto; bool validity, long position)
             + max(C*(2d + 3I)*b,                     one chunk's MLP
                   C*(2d + 2(H + 2H_kv)D)*b             one chunk's attention projections
                     + [C<T]*(C*T*(1+b) + 2*T*H*D*b),   later chunks: sdpa's mask (bool + float), K/V repeated to H
@@ -26,7 +25,6 @@ after its selection, ``w`` the query rows the selection scores with::
     chunk's queries rotated back in float64 after the attention, when the repeated K/V are freed)
     row     = F.row_bytes(slots) + slots*L*H_kv      K/V (in the method's KVFormat F: 2*L*H_kv*D*b per slot for
                                                      auto) and the bool slot mask of one decode row
-            + F.read_bytes(slots)                    a quantized format's dequantized read of one layer (0 for auto)
             + 8*(max_new + 1)                        its token buffer
             + V*(4 + s)                              float32 logits and the sampling temporaries (s: 0 greedy,
                                                      30 sampled, 50 with top-p: sampling_peak_per_entry)
@@ -36,7 +34,10 @@ after its selection, ``w`` the query rows the selection scores with::
                + max(scoring,                        the method's scores of every layer (compaction_scratch)
                      H_kv*slots*(4L + max(2*D*b + 8, ORDER_SLOT_BYTES)))
                                                      every layer's scores held while one layer's K/V move
-    job     = weights + rows*row + max(prefill + V*s, rows*compaction)
+    step    = max(V*s, F.read_bytes(slots))          a step's transient per row: the sampling, or (never at once:
+                                                     attention ends before the logits) a quantized format's
+                                                     dequantized K/V of one layer (0 for auto)
+    job     = weights + rows*row + max(prefill + V*s, rows*step, rows*compaction)
               (the next item is prefilled, and its first tokens drawn, while the rows of the last one are held;
               a compaction runs between steps, never during a prefill)
 """
@@ -161,10 +162,10 @@ def prefill_terms(a: Arch, T: int, slots: int, *, chunk: int, window: int = 0,
     ``score_buffers``: the scorer's own fp32 buffers (``CompressionMethod.score_buffers``); ``moments``: whether the
     selection reads the running query moments (``CompressionMethod.query_moments`` is not None); ``pairs``: key
     pairs per KV head the selection scores pairwise (``method.key_pairs(T)`` when it cuts); ``fmt``: how the
-    compressed layers store K/V (``method.kv_format``), counted at the larger of its bytes and the model's dtype's
-    (a KIVI layer's full-precision residual can exceed a short layer in the model's dtype; never below)."""
+    compressed layers store K/V (``method.kv_format``: :meth:`KVFormat.layer_bytes`, codes, scales and a KIVI
+    layer's full-precision residual; the layer being prefilled is staged in the model's dtype, ``full_layer``)."""
     b, L, H, H_kv, D, d = a.dtype_bytes, a.n_layers, a.n_heads, a.n_kv_heads, a.head_dim, a.hidden
-    layer = max(fmt.layer_bytes(slots, H_kv, D, b), AUTO.layer_bytes(slots, H_kv, D, b))
+    layer = fmt.layer_bytes(slots, H_kv, D, b)
     C = min(chunk, T)
     attention = C * (2 * d + 2 * (H + 2 * H_kv) * D) * b
     if C < T:  # chunks after the first: explicit mask (bool + float) and K/V repeated to the H query heads
@@ -196,7 +197,7 @@ def row_terms(a: Arch, slots: int, max_new: int, *, compacts: bool = False, quer
     (H2O) each slot's accumulated attention, fp32 (``RowBatch.attn_sum``). ``fmt``: how the row stores K/V
     (``method.kv_format``): ``kv`` is :meth:`KVFormat.row_bytes` (codes, scales, minima and residual of a quantized
     format) and ``kv_read`` the dequantized copy of one layer its attention reads (:meth:`KVFormat.read_bytes`, a
-    step's transient counted per row as the activations are; 0 in the model's dtype)."""
+    step's transient, never alive with the sampling's: :func:`job_terms` takes the larger; 0 in the model's dtype)."""
     b, L, H_kv, H, D = a.dtype_bytes, a.n_layers, a.n_kv_heads, a.n_heads, a.head_dim
     return {
         "kv": fmt.row_bytes(slots, L, H_kv, D, b),
@@ -279,7 +280,7 @@ def job_terms(a: Arch, weight_bytes: int, rows: int, *, slots: int, max_new: int
     first_draw = a.vocab * sampling
     held = row_terms(a, slots, max_new, compacts=compacts, query_ring=query_ring, attn_sum=attn_sum,
                      sampling=sampling, fmt=fmt)
-    draw = rows * held.pop("sampling")
+    draw = rows * max(held.pop("sampling"), held.pop("kv_read"))  # a step's transients: the read, then the draw
     compaction = rows * compaction_bytes(a, slots, query_ring, compact_scratch) if compacts else 0
     base = prefill + first_draw
     return {"weights": weight_bytes, "prefill": prefill, "first_draw": first_draw, "rows": rows * sum(held.values()),
@@ -294,7 +295,7 @@ def max_rows(a: Arch, weight_bytes: int, budget_bytes: float, **job) -> int:
     held = row_terms(a, job["slots"], job["max_new"], compacts=job.get("compacts", False),
                      query_ring=job.get("query_ring", 0), attn_sum=job.get("attn_sum", 0),
                      sampling=job.get("sampling", SAMPLING_BYTES_PER_ENTRY), fmt=job.get("fmt", AUTO))
-    draw = held.pop("sampling")
+    draw = max(held.pop("sampling"), held.pop("kv_read"))
     row = sum(held.values())
     room = budget_bytes - weight_bytes
     n = max(0, int((budget_bytes - fixed) // row))  # beside the prefill

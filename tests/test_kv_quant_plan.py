@@ -52,8 +52,12 @@ def test_the_rows_hold_the_format_bytes_and_one_layer_dequantized_read():
     kv_auto, kv_fp8 = S * s.kv_bytes_per_token, fmt.row_bytes(S, s.n_layers, s.n_kv_heads, s.head_dim, 2)
     read = fmt.read_bytes(S, s.n_kv_heads, s.head_dim, 2)
     assert kv_fp8 == kv_auto // 2 + s.n_layers * 2 * 4  # one byte an element, an fp32 scale per layer for K and V
-    assert per_auto - per_fp8 == kv_auto - kv_fp8 - read  # the rows differ by the storage and the read only
-    assert a["weights"] == q["weights"]
+    assert per_auto - per_fp8 == kv_auto - kv_fp8  # the rows held differ by their storage only
+    assert a["weights"] == q["weights"] and a["prefill"] > q["prefill"]  # the compressed layers too, at prefill
+    # the dequantized read is a step's transient beside the rows, never alive with the sampling or the prefill
+    assert read > 0 and q["draw"] == max(0, 4 * max(read, s.vocab * fp8.sampling_peak) - q["prefill"] - q["first_draw"])
+    big = peak_terms(fp8, 4000)
+    assert big["draw"] == 4000 * max(read, s.vocab * fp8.sampling_peak) - big["prefill"] - big["first_draw"] > 0
     assert choose_rows(_job("compression=none", *FP8, "gen.n_samples=64")) > choose_rows(
         _job("compression=none", "gen.n_samples=64"))
     # the step moves the codes, and the unfused path's copy of every layer
