@@ -95,7 +95,7 @@ def lines() -> list[str]:
         fmt = cls().kv_format
         stores = f"; stores K/V as {fmt.label}" if fmt.quantized else ""
         out.append(f"  {f'compression={name}'.ljust(width)}{f'[caps {cls.budget_cap}]'.ljust(15)}"
-                   f"{method_description(cls)}; knobs: {knobs}{stores}")
+                   f"{method_description(cls)}{stores}; knobs: {knobs}")
     out += storage_lines(width)
     out.append("models (model=NAME):")
     for name, text in _options("model").items():

@@ -12,7 +12,8 @@ after its selection, ``w`` the query rows the selection scores with::
     prefill = T*d*b                                  residual stream
             + 2*T*H_kv*D*b                           one full layer of KV (the staging buffer)
             + (L-1)*(F.layer_bytes(S) + 9*S*H_kv)      layers already compressed (K, V in the method's KVFormat F:
-                                                     2*S*H_kv*D*b for auto; bool validity, long position)
+                                                     2*S*H_kv*D*b for auto; bool validity, long position; L of them
+                                                     for a quantized F: the codes of the layer being written)
             + max(C*(2d + 3I)*b,                     one chunk's MLP
                   C*(2d + 2(H + 2H_kv)D)*b             one chunk's attention projections
                     + [C<T]*(C*T*(1+b) + 2*T*H*D*b),   later chunks: sdpa's mask (bool + float), K/V repeated to H
@@ -163,9 +164,11 @@ def prefill_terms(a: Arch, T: int, slots: int, *, chunk: int, window: int = 0,
     selection reads the running query moments (``CompressionMethod.query_moments`` is not None); ``pairs``: key
     pairs per KV head the selection scores pairwise (``method.key_pairs(T)`` when it cuts); ``fmt``: how the
     compressed layers store K/V (``method.kv_format``: :meth:`KVFormat.layer_bytes`, codes, scales and a KIVI
-    layer's full-precision residual; the layer being prefilled is staged in the model's dtype, ``full_layer``)."""
+    layer's full-precision residual; the layer being prefilled is staged in the model's dtype, ``full_layer``, and
+    a quantized format writes its codes while that staging is alive: ``L`` layers in the format, not ``L - 1``)."""
     b, L, H, H_kv, D, d = a.dtype_bytes, a.n_layers, a.n_heads, a.n_kv_heads, a.head_dim, a.hidden
     layer = fmt.layer_bytes(slots, H_kv, D, b)
+    stored = L if fmt.quantized else L - 1
     C = min(chunk, T)
     attention = C * (2 * d + 2 * (H + 2 * H_kv) * D) * b
     if C < T:  # chunks after the first: explicit mask (bool + float) and K/V repeated to the H query heads
@@ -181,7 +184,7 @@ def prefill_terms(a: Arch, T: int, slots: int, *, chunk: int, window: int = 0,
     return {
         "residual": T * d * b,
         "full_layer": 2 * T * H_kv * D * b,
-        "compressed_layers": (L - 1) * (layer + 9 * slots * H_kv),
+        "compressed_layers": stored * (layer + 9 * slots * H_kv),
         "chunk_peak": max(C * (2 * d + 3 * a.intermediate) * b, attention, scoring),
         "rope": 2 * C * D * FLOAT32,
         "logits": a.vocab * FLOAT32,
