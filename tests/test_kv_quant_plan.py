@@ -71,3 +71,43 @@ def test_a_quantized_run_is_never_an_alias_of_the_bf16_full_cache():
     assert alias_of(_job(*keeps, *FP8), 1024) is None
     assert alias_of(_job(*keeps, *FP8, "compression.kv_scale=one"), 1024) is None
     assert peak_bytes(_job(*keeps, *FP8), 1) < peak_bytes(_job(*keeps), 1)
+
+
+def test_a_sweep_line_states_the_storage_it_did_not_sweep():
+    from evals.progress import job_label
+
+    fp8 = {"method": "rkv", "budget": 512, "kv_dtype": "fp8_e4m3", "kv_scale": "one"}
+    assert job_label(["compression=rkv"], {"compression"}, fp8) == (
+        "compression=rkv compression.budget=512 compression.kv_dtype=fp8_e4m3 compression.kv_scale=one")
+    plain = job_label(["compression=rkv"], {"compression"}, {"method": "rkv"})
+    assert plain == "compression=rkv compression.budget=512"
+
+
+def test_an_fp8_run_names_its_storage_in_its_directory_rows_summary_and_headline(tmp_path):
+    """tiny_llama (fp32) on two needle items: the FP8 full cache's run directory, rows, summary and headline say
+    FP8; its KV bytes are about a quarter of the fp32 full cache's (one byte an element, plus the scales)."""
+    import json
+
+    import pandas as pd
+
+    from evals.run import run
+
+    base = ["model=tiny_llama", "task=needle", "task.context_tokens=128", "task.n_items=2", "gen.max_new_tokens=4",
+            f"out_root={tmp_path}", "compression=none"]
+    plain = run(compose_cfg(base))
+    fp8 = run(compose_cfg([*base, *FP8, "compression.kv_scale=one"]))
+    assert "/none-kvfp8_e4m3-ksone/" in str(fp8) and "/none/" in str(plain)
+    rows = [json.loads(line) for line in (fp8 / "samples.jsonl").read_text().splitlines()]
+    assert {(r["kv_dtype"], r["kv_scale"]) for r in rows} == {("fp8_e4m3", "one")}
+    bf16 = [json.loads(line) for line in (plain / "samples.jsonl").read_text().splitlines()]
+    assert all(r["kv_dtype"] is None and r["kv_scale"] is None for r in bf16)
+    summary = pd.read_csv(fp8 / "summary.csv")
+    assert set(summary["kv_dtype"]) == {"fp8_e4m3"} and set(summary["kv_scale"]) == {"one"}
+    from evals.report.run_headline import headline_text
+
+    head = headline_text(json.loads((fp8 / "results.json").read_text())).splitlines()[0]
+    assert head == "result: needle · tiny_llama · none · KV fp8_e4m3/one"
+    assert headline_text(json.loads((plain / "results.json").read_text())).splitlines()[0] == (
+        "result: needle · tiny_llama · none")
+    bytes_of = {p: pd.read_csv(p / "samples.csv")["kv_bytes_peak"].mean() for p in (plain, fp8)}
+    assert 0.25 <= bytes_of[fp8] / bytes_of[plain] < 0.27
