@@ -61,3 +61,15 @@ def test_summaries_without_the_storage_columns_are_in_the_model_dtype(tmp_path):
         pd.read_csv(path).drop(columns=["kv_dtype", "kv_scale"]).to_csv(path, index=False)
     deltas = paired_deltas(headline(collect(tmp_path))).set_index("run")
     assert deltas.loc["snapkv", "reference"] == "none"
+
+
+def test_a_run_stored_in_fp8_is_not_comparable_with_a_published_bf16_figure():
+    from evals.report.references import reference_rows
+
+    row = {"model": "r1_distill_llama_8b", "task": "aime24", "metric": "pass@1", "group": "all", "value": 48.0,
+           "n": 30, "method": "none", "unit": "%", "prompt_budget": float("nan"), "run": "r"}
+    bf16 = reference_rows(pd.DataFrame([row]))
+    fp8 = reference_rows(pd.DataFrame([{**row, "kv_dtype": "fp8_e4m3", "kv_scale": "one"}]))
+    assert len(bf16) == len(fp8) > 0 and bf16["comparable"].all()
+    assert not fp8["comparable"].any() and fp8["delta"].isna().all()
+    assert fp8["not_comparable"].str.contains("K/V stored as fp8_e4m3 here").all()
