@@ -1,5 +1,6 @@
 """``python -m evals.list``: what a run can be made of, one line each: tasks, compression methods with their knobs,
-models, experiments and backends.
+the KV storage every method takes (the shared knobs ``compression.kv_dtype`` and ``kv_scale``, and the methods that
+store K/V in a format of their own), models, experiments and backends.
 
 Read from the registries and the config folder (``tasks.registry.TASKS``, ``snapstream_core.methods.METHODS``,
 ``conf/<group>/*.yaml``), never from a list kept here: a task, method or model added the documented way shows up.
@@ -40,6 +41,36 @@ def method_description(cls: type) -> str:
     return re.split(r"(?<=[\w)`'}])\. |; ", paragraph, maxsplit=1)[0].rstrip(".")
 
 
+# What each value of the shared storage knobs means (snapstream_core/policies/kv_format.py states the bytes)
+STORAGE_VALUES = {
+    "kv_dtype": {"auto": "the model's dtype (bf16 on the 8B models; the default)",
+                 "fp8_e4m3": "FP8 E4M3 codes, one byte an element, with fp32 scales; quantized on write, dequantized "
+                             "when attention reads; stackable with any method (backend=hf)"},
+    "kv_scale": {"tensor": "one scale per row, layer and K or V: the prompt's absolute maximum / 448 (the default)",
+                 "head": "one scale per KV head, likewise",
+                 "one": "fixed 1.0 (vLLM's value for a checkpoint without KV scales)"},
+}
+
+
+def storage_lines(width: int) -> list[str]:
+    """The shared storage knobs with their values and meaning, then the methods whose default instance stores K/V
+    in a quantized format of their own (KIVI; their own line says it too), from the registry."""
+    from snapstream_core.methods import METHODS
+    from snapstream_core.policies.kv_format import KV_DTYPES, KV_SCALES
+
+    out = ["KV storage (shared knobs of every method, compression.KNOB=VALUE; a run's tag ends with "
+           "-kv<dtype>-ks<scale> when not auto):"]
+    for knob, values in (("kv_dtype", KV_DTYPES), ("kv_scale", KV_SCALES)):
+        where = " (with kv_dtype=fp8_e4m3 only)" if knob == "kv_scale" else ""
+        for value in values:
+            out.append(f"  {f'compression.{knob}={value}'.ljust(width)}{STORAGE_VALUES[knob].get(value, '')}{where}")
+    own = [n for n, cls in METHODS.items() if cls().kv_format.quantized]
+    if own:
+        out.append(f"  {'quantized methods'.ljust(width)}{', '.join(own)}: a format of their own (their knobs "
+                   "above), compression.kv_dtype refused with them")
+    return out
+
+
 def _options(group: str) -> dict[str, str]:
     return {p.stem: describe(p) for p in sorted((CONF / group).glob("*.yaml"))}
 
@@ -61,8 +92,11 @@ def lines() -> list[str]:
     for name, cls in METHODS.items():
         effective = cls().knobs()  # a default instance: knobs derived in __post_init__ (prompt_budget, recent) filled
         knobs = " ".join(f"{k}={effective[k]}" for k in own_defaults(cls)) or "none"
+        fmt = cls().kv_format
+        stores = f"; stores K/V as {fmt.label}" if fmt.quantized else ""
         out.append(f"  {f'compression={name}'.ljust(width)}{f'[caps {cls.budget_cap}]'.ljust(15)}"
-                   f"{method_description(cls)}; knobs: {knobs}")
+                   f"{method_description(cls)}{stores}; knobs: {knobs}")
+    out += storage_lines(width)
     out.append("models (model=NAME):")
     for name, text in _options("model").items():
         out.append(f"  {f'model={name}'.ljust(width)}{text}")

@@ -33,6 +33,7 @@ from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
 from lm_eval.utils import hash_string
 
+from evals.config.kv_storage import check_device
 from snapstream_core import CompressionMethod, attach, compression_from_config, make_cache
 from snapstream_core.hints import did_you_mean
 from snapstream_core.methods import knob_names
@@ -89,6 +90,7 @@ class SnapStreamLM(HFLM):
         # Checked before any weights load: a bad knob is one ValueError naming it.
         self.method = compression_from_model_args({"method": method, **knobs})
         self.method.check_engine("lm-eval's generate_until (transformers' generate)")
+        check_device(self.method)  # FP8 storage needs torch's float8 dtype: refused before HFLM loads weights
         if self.method.knobs().get("ratio") is not None and str(kwargs.get("batch_size", 1)) != "1":
             raise ValueError(f"model_args batch_size: ratio needs batch_size=1 (a left-padded batch shares one "
                              f"budget), got {kwargs['batch_size']}")

@@ -115,7 +115,8 @@ def job_label(overrides: list[str], swept: set[str], compression: Mapping[str, A
     """A job's line in the sweep table: its swept overrides (all of them when none is swept), less the
     ``compression.*`` keys its method does not read (the full cache reads none, so ``compression=none
     compression.prompt_budget=128`` is shown as ``compression=none``), plus the budget it ran at when that was not
-    swept (``compression=rkv compression.budget=512``): each line states the job's real budget."""
+    swept (``compression=rkv compression.budget=512``) and its storage when not the model's dtype
+    (``compression.kv_dtype=fp8_e4m3 compression.kv_scale=one``): each line states the job's real budget and storage."""
     shown = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") in swept] or list(overrides)
     if not compression:
         return " ".join(shown)
@@ -131,6 +132,9 @@ def job_label(overrides: list[str], swept: set[str], compression: Mapping[str, A
         budget = method.budget_knob if knobs.get(method.budget_knob) is not None else "ratio"
         if f"compression.{budget}" not in keys and knobs.get(budget) is not None:
             kept.append(f"compression.{budget}={knobs[budget]}")
+    for name, value in method.kv_knobs().items():  # a storage other than the model's dtype: always on the line
+        if f"compression.{name}" not in keys:
+            kept.append(f"compression.{name}={value}")
     return " ".join(kept)
 
 

@@ -11,7 +11,9 @@ after its selection, ``w`` the query rows the selection scores with::
 
     prefill = T*d*b                                  residual stream
             + 2*T*H_kv*D*b                           one full layer of KV (the staging buffer)
-            + (L-1)*S*H_kv*(2*D*b + 9)               layers already compressed (K, V, bool validity, long position)
+            + (L-1)*(F.layer_bytes(S) + 9*S*H_kv)      layers already compressed (K, V in the method's KVFormat F:
+                                                     2*S*H_kv*D*b for auto; bool validity, long position; L of them
+                                                     for a quantized F: the codes of the layer being written)
             + max(C*(2d + 3I)*b,                     one chunk's MLP
                   C*(2d + 2(H + 2H_kv)D)*b             one chunk's attention projections
                     + [C<T]*(C*T*(1+b) + 2*T*H*D*b),   later chunks: sdpa's mask (bool + float), K/V repeated to H
@@ -22,7 +24,8 @@ after its selection, ``w`` the query rows the selection scores with::
             + [moments]*2*H*D*(D+1)*8                running query moments (float64 sums, held over the layer)
     (with moments, one chunk's attention is the larger of the above and its projections, mask and 4*C*H*D*8: the
     chunk's queries rotated back in float64 after the attention, when the repeated K/V are freed)
-    row     = slots*(2*L*H_kv*D*b + L*H_kv)          K/V and the bool slot mask of one decode row
+    row     = F.row_bytes(slots) + slots*L*H_kv      K/V (in the method's KVFormat F: 2*L*H_kv*D*b per slot for
+                                                     auto) and the bool slot mask of one decode row
             + 8*(max_new + 1)                        its token buffer
             + V*(4 + s)                              float32 logits and the sampling temporaries (s: 0 greedy,
                                                      30 sampled, 50 with top-p: sampling_peak_per_entry)
@@ -32,7 +35,10 @@ after its selection, ``w`` the query rows the selection scores with::
                + max(scoring,                        the method's scores of every layer (compaction_scratch)
                      H_kv*slots*(4L + max(2*D*b + 8, ORDER_SLOT_BYTES)))
                                                      every layer's scores held while one layer's K/V move
-    job     = weights + rows*row + max(prefill + V*s, rows*compaction)
+    step    = max(V*s, F.read_bytes(slots))          a step's transient per row: the sampling, or (never at once:
+                                                     attention ends before the logits) a quantized format's
+                                                     dequantized K/V of one layer (0 for auto)
+    job     = weights + rows*row + max(prefill + V*s, rows*step, rows*compaction)
               (the next item is prefilled, and its first tokens drawn, while the rows of the last one are held;
               a compaction runs between steps, never during a prefill)
 """
@@ -41,6 +47,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from snapstream_core.policies.kv_format import KVFormat
+
+AUTO = KVFormat()  # the model's dtype: every figure as before quantized formats existed
 GIB = 2**30
 FLOAT32 = 4
 PREFILL_CHUNK = 4096  # prompt tokens per chunk of the layer-major prefill (snapstream_core.prefill.DEFAULT_CHUNK)
@@ -145,15 +154,21 @@ class Arch:
 
 
 def prefill_terms(a: Arch, T: int, slots: int, *, chunk: int, window: int = 0,
-                  score_buffers: tuple[int, int] = (0, 0), moments: bool = False, pairs: int = 0) -> dict[str, int]:
+                  score_buffers: tuple[int, int] = (0, 0), moments: bool = False, pairs: int = 0,
+                  fmt: KVFormat = AUTO) -> dict[str, int]:
     """The bytes :func:`snapstream_core.prefill.prefill_prompt` holds at its peak above the weights, by term.
 
     ``slots``: KV entries per KV head a compressed layer holds after its selection (``T`` for ``none``, the ring
     included for the ring methods); ``window``: the query rows the selection scores with (0: no SnapKV scoring);
     ``score_buffers``: the scorer's own fp32 buffers (``CompressionMethod.score_buffers``); ``moments``: whether the
     selection reads the running query moments (``CompressionMethod.query_moments`` is not None); ``pairs``: key
-    pairs per KV head the selection scores pairwise (``method.key_pairs(T)`` when it cuts)."""
+    pairs per KV head the selection scores pairwise (``method.key_pairs(T)`` when it cuts); ``fmt``: how the
+    compressed layers store K/V (``method.kv_format``: :meth:`KVFormat.layer_bytes`, codes, scales and a KIVI
+    layer's full-precision residual; the layer being prefilled is staged in the model's dtype, ``full_layer``, and
+    a quantized format writes its codes while that staging is alive: ``L`` layers in the format, not ``L - 1``)."""
     b, L, H, H_kv, D, d = a.dtype_bytes, a.n_layers, a.n_heads, a.n_kv_heads, a.head_dim, a.hidden
+    layer = fmt.layer_bytes(slots, H_kv, D, b)
+    stored = L if fmt.quantized else L - 1
     C = min(chunk, T)
     attention = C * (2 * d + 2 * (H + 2 * H_kv) * D) * b
     if C < T:  # chunks after the first: explicit mask (bool + float) and K/V repeated to the H query heads
@@ -169,7 +184,7 @@ def prefill_terms(a: Arch, T: int, slots: int, *, chunk: int, window: int = 0,
     return {
         "residual": T * d * b,
         "full_layer": 2 * T * H_kv * D * b,
-        "compressed_layers": (L - 1) * slots * H_kv * (2 * D * b + 9),
+        "compressed_layers": stored * (layer + 9 * slots * H_kv),
         "chunk_peak": max(C * (2 * d + 3 * a.intermediate) * b, attention, scoring),
         "rope": 2 * C * D * FLOAT32,
         "logits": a.vocab * FLOAT32,
@@ -178,14 +193,18 @@ def prefill_terms(a: Arch, T: int, slots: int, *, chunk: int, window: int = 0,
 
 
 def row_terms(a: Arch, slots: int, max_new: int, *, compacts: bool = False, query_ring: int = 0, attn_sum: int = 0,
-              sampling: int = SAMPLING_BYTES_PER_ENTRY) -> dict[str, int]:
+              sampling: int = SAMPLING_BYTES_PER_ENTRY, fmt: KVFormat = AUTO) -> dict[str, int]:
     """The bytes one decode row adds: its slots, token buffer, logits and sampling (``sampling`` bytes per
     vocabulary entry, :func:`sampling_peak_per_entry`; default the most), one step's temporaries; for a decode-time
     method (``compacts``) its slot positions and its ring of ``query_ring`` queries per layer, and with ``attn_sum``
-    (H2O) each slot's accumulated attention, fp32 (``RowBatch.attn_sum``)."""
+    (H2O) each slot's accumulated attention, fp32 (``RowBatch.attn_sum``). ``fmt``: how the row stores K/V
+    (``method.kv_format``): ``kv`` is :meth:`KVFormat.row_bytes` (codes, scales, minima and residual of a quantized
+    format) and ``kv_read`` the dequantized copy of one layer its attention reads (:meth:`KVFormat.read_bytes`, a
+    step's transient, never alive with the sampling's: :func:`job_terms` takes the larger; 0 in the model's dtype)."""
     b, L, H_kv, H, D = a.dtype_bytes, a.n_layers, a.n_kv_heads, a.n_heads, a.head_dim
     return {
-        "kv": slots * a.kv_bytes_per_token,
+        "kv": fmt.row_bytes(slots, L, H_kv, D, b),
+        "kv_read": fmt.read_bytes(slots, H_kv, D, b),
         "slot_mask": slots * L * H_kv,
         "positions": slots * L * H_kv * 8 if compacts else 0,
         "query_ring": L * H * query_ring * D * b,
@@ -249,20 +268,22 @@ def move_bytes(a: Arch, slots: int) -> int:
 def job_terms(a: Arch, weight_bytes: int, rows: int, *, slots: int, max_new: int, T: int, prefill_slots: int,
               window: int, chunk: int, score_buffers: tuple[int, int] = (0, 0), moments: bool = False,
               compacts: bool = False, query_ring: int = 0, attn_sum: int = 0, prefill_pairs: int = 0,
-              compact_scratch: int = 0, sampling: int = SAMPLING_BYTES_PER_ENTRY) -> dict[str, int]:
+              compact_scratch: int = 0, sampling: int = SAMPLING_BYTES_PER_ENTRY,
+              fmt: KVFormat = AUTO) -> dict[str, int]:
     """The peak of a job that holds ``rows`` decode rows of ``slots`` slots while it prefills a ``T``-token prompt
     and draws a sample's first token from the prefill's logits, or draws the rows' next tokens (the sampling scratch,
     ``sampling`` bytes per vocabulary entry and row, :func:`sampling_peak_per_entry`: a step's transient, never alive
     during a prefill), or compacts its rows (decode-time methods: ``compacts, query_ring`` and the ``prefill_pairs``
     of the prompt cut, ``method.row_memory``; the scoring's bytes per row ``compact_scratch``,
     ``method.compaction_scratch``). ``rows``: what the rows hold throughout; ``draw`` and ``compaction``: what the
-    rows' draw or compaction needs beyond the prefill's peak (the three never overlap)."""
+    rows' draw or compaction needs beyond the prefill's peak (the three never overlap). ``fmt``: the method's
+    ``kv_format`` (how the rows and the compressed layers store K/V; default the model's dtype)."""
     prefill = sum(prefill_terms(a, T, prefill_slots, chunk=chunk, window=window, score_buffers=score_buffers,
-                                moments=moments, pairs=prefill_pairs).values())
+                                moments=moments, pairs=prefill_pairs, fmt=fmt).values())
     first_draw = a.vocab * sampling
     held = row_terms(a, slots, max_new, compacts=compacts, query_ring=query_ring, attn_sum=attn_sum,
-                     sampling=sampling)
-    draw = rows * held.pop("sampling")
+                     sampling=sampling, fmt=fmt)
+    draw = rows * max(held.pop("sampling"), held.pop("kv_read"))  # a step's transients: the read, then the draw
     compaction = rows * compaction_bytes(a, slots, query_ring, compact_scratch) if compacts else 0
     base = prefill + first_draw
     return {"weights": weight_bytes, "prefill": prefill, "first_draw": first_draw, "rows": rows * sum(held.values()),
@@ -276,8 +297,8 @@ def max_rows(a: Arch, weight_bytes: int, budget_bytes: float, **job) -> int:
     fixed = sum(terms.values())
     held = row_terms(a, job["slots"], job["max_new"], compacts=job.get("compacts", False),
                      query_ring=job.get("query_ring", 0), attn_sum=job.get("attn_sum", 0),
-                     sampling=job.get("sampling", SAMPLING_BYTES_PER_ENTRY))
-    draw = held.pop("sampling")
+                     sampling=job.get("sampling", SAMPLING_BYTES_PER_ENTRY), fmt=job.get("fmt", AUTO))
+    draw = max(held.pop("sampling"), held.pop("kv_read"))
     row = sum(held.values())
     room = budget_bytes - weight_bytes
     n = max(0, int((budget_bytes - fixed) // row))  # beside the prefill

@@ -66,3 +66,32 @@ def test_every_method_is_described_in_a_sentence_before_its_knobs():
     assert "R-KV: redundancy-aware KV compression" in out["compression=rkv"]
     assert "TriAttention: keys scored against calibrated query statistics" in out["compression=triattention"]
     assert out["compression=none"].endswith("; knobs: none")
+
+
+def test_the_shared_storage_knobs_are_listed_with_every_value_and_its_meaning(monkeypatch):
+    from dataclasses import dataclass
+    from typing import ClassVar
+
+    from snapstream_core.policies.kv_format import KV_DTYPES, KV_SCALES, KVFormat
+
+    @dataclass(frozen=True)
+    class QuantFirst(KeepFirst):  # a method with a quantized format of its own, as KIVI has
+        method: ClassVar[str] = "quant_first"
+
+        @property
+        def kv_format(self) -> KVFormat:
+            return KVFormat("kivi", bits=2, group_size=32, residual=128)
+
+    monkeypatch.setitem(METHODS, "quant_first", QuantFirst)
+    out = lines()
+    by_first = {x.split()[0]: x for x in out if x.startswith("  ")}
+    for knob, values in (("kv_dtype", KV_DTYPES), ("kv_scale", KV_SCALES)):
+        for value in values:
+            line = by_first[f"compression.{knob}={value}"]
+            assert len(line.split(None, 1)) == 2, line  # its meaning follows
+    assert "stores K/V as kivi2/g32/r128" in by_first["compression=quant_first"]
+    assert "stores K/V" not in by_first["compression=snapkv"]
+    (quantized,) = [x for x in out if x.strip().startswith("quantized methods")]
+    assert "quant_first" in quantized and "snapkv" not in quantized
+    if "kivi" in METHODS:  # the KIVI method, once registered
+        assert "stores K/V as kivi" in by_first["compression=kivi"] and "kivi" in quantized

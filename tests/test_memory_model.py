@@ -53,7 +53,12 @@ METHODS = {
 def test_job_peak_bounds_the_tracked_engine_peak_within_15_percent(model, name, tmp_path):
     """Two items of T tokens, R samples each, in R engine rows: the second item is prefilled while the rows of the
     first are allocated, the peak the model's ``job`` sums."""
-    method = METHODS[name](tmp_path, model.config)
+    check_job_peak(model, METHODS[name](tmp_path, model.config))
+
+
+def check_job_peak(model, method):
+    """Run two items in R rows under the tracker; assert the job's peak bounds it within 15%, never below; return
+    the engine and the terms."""
     T, R, G = 1024, 4, SAMPLED.max_new_tokens
     gen = torch.Generator().manual_seed(0)
     items = [EngineItem(torch.randint(0, 4096, (T,), generator=gen).tolist(), i, tuple(range(R)), G)
@@ -68,11 +73,44 @@ def test_job_peak_bounds_the_tracked_engine_peak_within_15_percent(model, name, 
     slots = engine.cache.slots  # what the engine allocated per row
     scratch = method.compaction_scratch(a, slots) if isinstance(method, DecodeMethod) else 0
     terms = job_terms(a, 0, R, slots=slots, max_new=G, T=T, prefill_slots=method.prefill_slots(T),
-                      window=method.query_rows(T), chunk=4096, compact_scratch=scratch, **method.row_memory(T, slots))
+                      window=method.query_rows(T), chunk=4096, compact_scratch=scratch, fmt=method.kv_format,
+                      **method.row_memory(T, slots))
     # top-p's sort scratch (inside one op, untracked): the first draw's, and the rows' when their draw is the peak
     unseen = (1 + (R if terms["draw"] else 0)) * a.vocab * SORT_SCRATCH_BYTES_PER_ENTRY
     estimate = sum(terms.values())
     assert mem.peak <= estimate - unseen <= 1.15 * mem.peak, (mem.peak, terms)
+    return engine, terms
+
+
+def _kivi(bits: int):
+    def build(tmp, config):
+        if "kivi" not in ss.METHODS:
+            pytest.skip("the kivi method is not registered in this checkout (snapstream_core/methods/kivi.py)")
+        return ss.METHODS["kivi"](bits=bits, group_size=16, residual=32)  # tiny_config's head_dim is 16
+    return build
+
+
+QUANTIZED = {  # the storage formats on the full cache and stacked on R-KV (compressions that multiply)
+    "none-fp8-tensor": lambda tmp, config: ss.NoCompression(kv_dtype="fp8_e4m3", kv_scale="tensor"),
+    "none-fp8-head": lambda tmp, config: ss.NoCompression(kv_dtype="fp8_e4m3", kv_scale="head"),
+    "rkv-fp8-one": lambda tmp, config: ss.RKV(budget=256, interval=8, kv_dtype="fp8_e4m3", kv_scale="one"),
+    "kivi-2": _kivi(2),
+    "kivi-4": _kivi(4),
+}
+
+
+@pytest.mark.parametrize("name", list(QUANTIZED))
+def test_job_peak_bounds_the_tracked_peak_of_a_quantized_storage_within_15_percent(model, name, tmp_path):
+    """The same bound for rows stored in FP8 or KIVI (``fmt=method.kv_format``: the codes, scales and residual of
+    :meth:`KVFormat.row_bytes` and one layer's dequantized read); the rows' storage is what ``KVFormat.row_bytes``
+    states. Needs the engine's quantized rows (``snapstream_core.engine.fp8_rows``); skipped without them."""
+    pytest.importorskip("snapstream_core.engine.fp8_rows", reason="the engine's FP8 rows are not in this checkout")
+    method = QUANTIZED[name](tmp_path, model.config)
+    engine, terms = check_job_peak(model, method)
+    a = Arch.of(model.config, 4)
+    fmt = method.kv_format
+    assert fmt.quantized and engine.cache.nbytes_per_row() == fmt.row_bytes(
+        engine.cache.slots, a.n_layers, a.n_kv_heads, a.head_dim, a.dtype_bytes)
 
 
 def test_an_80_gb_card_allocates_about_79_gib_and_the_budget_keeps_a_margin():

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
+from omegaconf import OmegaConf
 
 from evals.record.rows import check_knob_names
 from snapstream_core.methods import METHODS, knob_names
@@ -30,15 +31,29 @@ PROVIDER = "snapstream_core.methods"  # marks the nodes stored here (so that sta
 
 
 CAP_MARK = "cache"  # the run-tag segment of a method whose budget caps the whole cache (budget_cap "cache")
+KV_RESOLVER = "kv_tag"  # the OmegaConf resolver of the storage's part of a run tag (registered by register_methods)
+KV_TAG = f"${{{KV_RESOLVER}:${{.kv_dtype}},${{.kv_scale}}}}"  # every tag ends with it: empty in the model's dtype
+
+
+def kv_suffix(kv_dtype: str | None, kv_scale: str | None) -> str:
+    """The storage's part of a run tag: empty in the model's dtype (``auto`` or unset: the names of existing run
+    directories unchanged), else ``-kv<kv_dtype>-ks<kv_scale>`` with the scale the method resolves (``tensor`` when
+    unset), so that a run in FP8 never has the directory, tag or label of the same run in the model's dtype. A bad
+    value is shown as given (the method's check refuses it, one line)."""
+    if kv_dtype is None or str(kv_dtype) == "auto":
+        return ""
+    scale = "tensor" if kv_scale is None and str(kv_dtype) == "fp8_e4m3" else kv_scale
+    return f"-kv{kv_dtype}" + (f"-ks{scale}" if scale is not None else "")
 
 
 def run_tag(cls) -> str:
     """The run tag of a method class, an interpolation over its knobs: ``<method>``, then :data:`CAP_MARK` when its
     budget caps the whole cache (``CompressionMethod.budget_cap``), then ``<prefix>${.<knob>}`` for each knob of
     :meth:`CompressionMethod.tag_fields`, joined by ``-`` (``keep_first-fk${.first_k}``,
-    ``rkv-cache-b${.budget}-...``). Prompt-capped methods keep the names their directories always had."""
+    ``rkv-cache-b${.budget}-...``), then :data:`KV_TAG` (the storage, :func:`kv_suffix`: nothing in the model's
+    dtype, ``-kvfp8_e4m3-ksone`` in FP8). Prompt-capped methods keep the names their directories always had."""
     cap = [CAP_MARK] if cls.budget_cap == "cache" else []
-    return "-".join([cls.method, *cap, *(f"{tag_prefix(f)}${{.{f.name}}}" for f in cls.tag_fields())])
+    return "-".join([cls.method, *cap, *(f"{tag_prefix(f)}${{.{f.name}}}" for f in cls.tag_fields())]) + KV_TAG
 
 
 def own_defaults(cls) -> dict[str, Any]:
@@ -71,9 +86,11 @@ def options() -> list[str]:
 def register_methods() -> list[str]:
     """Store :data:`KNOBS_NODE` and a node for every method of ``METHODS`` without a YAML file in Hydra's
     ``ConfigStore`` (again on each call: the registry may have grown; nodes of methods no longer registered are
-    dropped). Returns the names stored as nodes; raises ``ValueError`` (one line) for a knob named like a row
-    column (:func:`evals.record.rows.check_knob_names`)."""
+    dropped), and the :data:`KV_RESOLVER` resolver the tags end with (once). Returns the names stored as nodes;
+    raises ``ValueError`` (one line) for a knob named like a row column (:func:`evals.record.rows.check_knob_names`)."""
     check_knob_names()  # a knob named like a row column is refused here, with one line
+    if not OmegaConf.has_resolver(KV_RESOLVER):  # the tags' storage part (Hydra hands it to launcher processes)
+        OmegaConf.register_new_resolver(KV_RESOLVER, kv_suffix)
     store = ConfigStore.instance()
     store.store(name=KNOBS_NODE, node=knobs_node(), provider=PROVIDER)
     group = store.repo.get(GROUP, {})

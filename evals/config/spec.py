@@ -19,6 +19,7 @@ from evals.config import strict
 from evals.config.defaults import DEFAULT_MEMORY_GIB
 from evals.config.gen import GenSettings, gen_settings
 from evals.config.gpus import check_slots, parse_gpus, visible_devices
+from evals.config.kv_storage import check_backend
 from evals.config.models import check_model_config
 from evals.config.planner_knobs import check_planner_knobs
 from evals.config.registry import backend_traits
@@ -138,6 +139,7 @@ def check(cfg: DictConfig, *, offline: bool = False, planning: bool = False,
     settings = None
     if traits.settings is not None:
         settings = traits.settings(container["backend"], container["model"], method.method, container["gen"])
+    check_backend(method, str(cfg.backend.name), traits.engine, traits.loads_weights)  # a quantized KV storage
     if traits.loads_weights:
         check_model_config(cfg.model, reach=not offline)
         _check_family(container)

@@ -12,6 +12,7 @@ from types import ModuleType
 from typing import Any
 
 from evals.config.gpus import physical_device
+from evals.config.kv_storage import check_device
 from evals.config.models import load_tokenizer, resolved_device, weights_identity
 from evals.config.spec import RunSpec
 from evals.execute.backends import backend_class
@@ -82,6 +83,8 @@ def plan(spec: RunSpec, run_dir: Path | None = None, *, mountinfo: Path = MOUNTI
     (:mod:`evals.execute.cache_place`).
     """
     rows = planned = None
+    if spec.backend.loads_weights:
+        check_device(spec.method)  # FP8 storage without a float8 dtype: one line, before items or weights load
     items = spec.task_module.load(spec.task)
     if not items:
         raise ValueError("task: no items to evaluate (check task.limit and the filters)")

@@ -7,7 +7,9 @@
   token per step and a finished row is refilled at once (row retirement), so the job takes
   ``samples * mean_tokens / rows`` steps plus, at its end, up to ``max_new_tokens`` steps of the last straggler.
   A step (:func:`step_terms`) reads the weights, each row's KV (a ring: all its slots; an appending method: its
-  filled slots, on average over the job's time, rounded up to the read block), writes the logits and moves what
+  filled slots, on average over the job's time, rounded up to the read block, in the method's ``KVFormat``: a
+  quantized format's codes and scales, plus per layer its dequantized copy, ``KVFormat.read_bytes``, written and read
+  by the unfused path), writes the logits and moves what
   the sampling's ops read and write (``job.sampling_traffic`` bytes per vocabulary entry: counted per op on CPU,
   ``memory.sampling_traffic_per_entry``; 424 with temperature, top-k and top-p, 4 greedy), at
   ``hbm_bytes_per_s * bandwidth_efficiency``; **plus** its FLOPs (every row times the
@@ -80,7 +82,10 @@ def step_terms(job: Job, rows: int, device: Device = H100) -> dict[str, float]:
     s = job.shape
     read = read_slots(job, device)
     sampling = rows * s.vocab * (FLOAT32 + job.sampling_traffic)  # logits written; the sampling's ops' reads, writes
-    bytes_moved = s.weight_bytes + rows * read * s.kv_bytes_per_token + sampling
+    fmt = method_of(job).kv_format  # a quantized format reads its codes and writes and reads one layer's copy
+    kv = fmt.row_bytes(read, s.n_layers, s.n_kv_heads, s.head_dim, s.dtype_bytes) + s.n_layers * fmt.read_bytes(
+        read, s.n_kv_heads, s.head_dim, s.dtype_bytes)
+    bytes_moved = s.weight_bytes + rows * kv + sampling
     flops = 2 * s.n_params * rows + 4 * rows * read * s.n_layers * s.n_heads * s.head_dim
     return {
         "bandwidth": bytes_moved / (device.hbm_bytes_per_s * device.bandwidth_efficiency),

@@ -207,7 +207,7 @@ def _model_args(job: Job) -> dict[str, Any]:
     return {"slots": job.slots, "max_new": job.max_new_tokens, "T": job.max_prompt_tokens,
             "prefill_slots": job.prefill_slots, "window": job.window, "chunk": PREFILL_CHUNK,
             "score_buffers": job.score_buffers, "moments": job.moments, "compact_scratch": job.compact_scratch,
-            "sampling": job.sampling_peak, **dict(job.row_memory)}
+            "sampling": job.sampling_peak, "fmt": method_of(job).kv_format, **dict(job.row_memory)}
 
 
 def max_rows(job: Job, memory_gib: float | None = None, usable: float | None = None) -> int:

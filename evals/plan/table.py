@@ -7,12 +7,12 @@ from pathlib import Path
 
 from evals.plan.cost import mean_prompt_tokens, read_slots, step_terms
 from evals.plan.device import GIB, H100
-from evals.plan.job import peak_terms
+from evals.plan.job import method_of, peak_terms
 from evals.plan.planner import Planned
 from evals.plan.wallclock import WallClock, wall_line
 
 COLUMNS = (
-    "model", "task", "compression", "prompt_budget", "recent", "n_items", "n_samples", "rows", "slots",
+    "model", "task", "compression", "prompt_budget", "recent", "kv_storage", "n_items", "n_samples", "rows", "slots",
     "max_prompt_tokens", "mean_prompt_tokens", "mean_gen_tokens", "peak_gib", "weights_gib", "prefill_gib",
     "rows_gib", "read_slots", "step_ms", "step_bandwidth_ms", "step_compute_ms", "compile_hours", "prefill_hours",
     "decode_hours", "gpu_hours", "shards", "shard_hours", "same_as", "reason", "run_dir",
@@ -31,6 +31,7 @@ def row(p: Planned) -> dict:
     return {
         "model": j.model, "task": j.task, "compression": j.compression,
         "prompt_budget": knobs.get("prompt_budget", knobs.get("budget", "")), "recent": knobs.get("recent", ""),
+        "kv_storage": method_of(j).kv_format.label,  # auto, fp8_e4m3/one, kivi2/g32/r128
         "n_items": j.n_items, "n_samples": j.n_samples, "rows": p.rows, "slots": j.slots,
         "max_prompt_tokens": j.max_prompt_tokens, "mean_prompt_tokens": round(mean_prompt_tokens(j)),
         "mean_gen_tokens": round(j.gen_fraction * j.max_new_tokens), "peak_gib": round(p.peak_gib, 2),
@@ -83,14 +84,15 @@ def render(planned: list[Planned], memory_gib: float, wall: WallClock | None = N
     ``unsharded``, the same GPUs' wall clock with one piece per job). GPU-hours are hours of the planner's device
     (``evals.plan.device.H100``); ``paper``: the grid is the whole paper grid, compared with its estimate before rows
     were planned (no other grid has one)."""
-    head = f"{'model':22} {'task':14} {'method':13} {'budget':>6} {'n':>3} {'rows':>4} {'slots':>6} " \
+    head = f"{'model':22} {'task':14} {'method':13} {'kv':16} {'budget':>6} {'n':>3} {'rows':>4} {'slots':>6} " \
            f"{'peak GiB':>8} {'GPU-h':>7}  same as"
     lines = [head, "-" * len(head)]
     for p in planned:
         r = row(p)
         same = "" if not p.same_as else ("(same dir)" if p.reason.startswith("same run") else "= none")
         lines.append(
-            f"{r['model'][:22]:22} {r['task'][:14]:14} {r['compression'][:13]:13} {str(r['prompt_budget']):>6} "
+            f"{r['model'][:22]:22} {r['task'][:14]:14} {r['compression'][:13]:13} {r['kv_storage'][:16]:16} "
+            f"{str(r['prompt_budget']):>6} "
             f"{r['n_samples']:>3} {r['rows']:>4} {r['slots']:>6} {r['peak_gib']:>8.1f} {p.gpu_hours:>7.1f}  {same}"
         )
     t = totals(planned)

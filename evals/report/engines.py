@@ -16,6 +16,7 @@ import pandas as pd
 
 from evals.report.likeness import DEFAULT_BACKEND
 from evals.report.paired import scored_pairs
+from evals.report.reference import full_cache
 from evals.report.tables import with_config
 
 COLUMNS = ["run", "reference", "backend", "ref_backend", "delta", "delta_stderr", "delta_ci_lo", "delta_ci_hi",
@@ -39,7 +40,7 @@ def engine_deltas(head: pd.DataFrame, *, iters: int = 1000, seed: int = 0,
     different code is one warning, also appended to ``notes``."""
     if "backend" not in head.columns:
         return pd.DataFrame(columns=COLUMNS)
-    nones = with_config(head[head["method"] == "none"])
+    nones = with_config(head[full_cache(head)])
     hf = nones[nones["backend"] == DEFAULT_BACKEND]
     out = []
     for run, ref, a, b, _, x, y, res in scored_pairs(nones[nones["backend"] != DEFAULT_BACKEND],

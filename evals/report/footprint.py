@@ -5,7 +5,8 @@ generations the full cache then holds *less* than the compressed method (a 96-to
 prompt holds ~200 entries; a 1024-slot ring holds 1024), which reads as "compression costs memory". The bound that
 matters is the footprint at ``gen.max_new_tokens``: ``method.footprint(prompt_tokens, max_new_tokens)`` entries per
 layer and KV head (``snapstream_core.methods``), times the bytes one entry costs in all layers (measured on the run:
-``kv_bytes_peak / kv_tokens_peak`` of the full cache of the same model, else of the run itself).
+``kv_bytes_peak / kv_tokens_peak`` of the full cache of the same model in the model's dtype, else, and for a run
+stored quantized, of the run itself).
 """
 
 from __future__ import annotations
@@ -17,8 +18,14 @@ from pathlib import Path
 import pandas as pd
 
 from evals.record.files import read_regular
+from evals.report.reference import full_cache
 
 MIB = 1024 * 1024
+
+
+def _quantized(knobs: dict) -> bool:
+    """Whether a run's identity knobs store K/V quantized (``kv_dtype`` other than the model's dtype)."""
+    return knobs.get("kv_dtype") not in (None, "auto")
 
 
 def _bytes_per_entry(rows: pd.DataFrame) -> float:
@@ -53,7 +60,7 @@ def kv_at_max_new(head: pd.DataFrame) -> pd.Series:
     infos = {run: _run_info(Path(d)) for run, d in zip(head["run"], head["run_dir"])}
     per_entry_full: dict[str, float] = {}
     for run, model, method in zip(head["run"], head["model"], head["method"]):
-        if method == "none" and infos.get(run) is not None:
+        if method == "none" and infos.get(run) is not None and not _quantized(infos[run][0]):
             per_entry_full.setdefault(model, _bytes_per_entry(infos[run][2]))
     out = []
     for run, model in zip(head["run"], head["model"]):
@@ -67,8 +74,8 @@ def kv_at_max_new(head: pd.DataFrame) -> pd.Series:
         except (ValueError, TypeError):
             out.append(math.nan)
             continue
-        per_entry = per_entry_full.get(model, math.nan)
-        if math.isnan(per_entry):
+        per_entry = math.nan if method.kv_format.quantized else per_entry_full.get(model, math.nan)
+        if math.isnan(per_entry):  # no full cache, or a quantized storage: the run's own bytes per entry
             per_entry = _bytes_per_entry(rows)
         prompts = pd.to_numeric(rows["prompt_tokens"], errors="coerce").dropna().astype(int)
         entries = [method.footprint(int(p), max_new) for p in prompts]
@@ -82,12 +89,13 @@ def inversion_notes(head: pd.DataFrame) -> list[str]:
 
     notes = []
     for (model, task, config), frame in with_config(head).groupby(GROUP, sort=False):
-        full = frame[frame["method"] == "none"]
+        ref = full_cache(frame)
+        full = frame[ref]
         if full.empty or full["mean_kv_bytes_peak"].isna().all():
             continue
         full_mib = float(full["mean_kv_bytes_peak"].iloc[0]) / MIB
         full_bound = float(full["kv_mib_at_max_new"].iloc[0]) if "kv_mib_at_max_new" in full else math.nan
-        for _, run in frame[frame["method"] != "none"].iterrows():
+        for _, run in frame[~ref].iterrows():
             held = float(run["mean_kv_bytes_peak"]) / MIB if pd.notna(run["mean_kv_bytes_peak"]) else math.nan
             if not held > full_mib * 1.001:
                 continue

@@ -3,7 +3,9 @@
 The per-item score is the mean of ``correct`` over the item's samples (in the unit of the headline: percent for
 rates), which is the headline metric of needle and LongBench-v2 (accuracy) and of AIME and LiveCodeBench (pass@1).
 Rows marked ``skipped`` (LongBench-v2 ``task.protocol=drop_empty``) leave the item's mean, and an item with only
-skipped rows leaves the pairing, as they leave the headline. The reference is the ``method=none`` run with the same
+skipped rows leaves the pairing, as they leave the headline. The reference is the ``method=none`` run stored in the
+model's dtype (:mod:`evals.report.reference`: a run with ``kv_dtype=fp8_e4m3``, the full cache's included, is compared
+with it, never used as it) with the same
 ``pair_key`` (same model, task and data, sampling and backend; :mod:`evals.report.load`) and the same task
 configuration and backend; runs without a ``meta.json`` fall back to the only ``none`` run of their (model, task,
 config, backend). A run and its reference made or graded by different code (:mod:`evals.report.likeness`) are not
@@ -37,6 +39,7 @@ from evals.analysis.power import mde_80
 from evals.analysis.stats import paired_bootstrap
 from evals.report.likeness import unlike
 from evals.report.load import TOO_LARGE
+from evals.report.reference import full_cache
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +195,8 @@ def paired_deltas(head: pd.DataFrame, *, iters: int = 1000, seed: int = 0,
                   notes: list[str] | None = None) -> pd.DataFrame:
     """One row per compressed run of ``head`` (see :func:`evals.report.tables.headline`) that has a reference made
     and graded by the same code; each pair left out for its code is one warning, also appended to ``notes``."""
-    nones, runs = head[head["method"] == "none"], head[head["method"] != "none"]
+    ref = full_cache(head)  # the full cache in the model's dtype; the full cache in FP8 is a compared run
+    nones, runs = head[ref], head[~ref]
     out = []
     for run, ref, a, b, common, x, y, res in scored_pairs(runs, lambda r: _reference(r, nones), iters=iters,
                                                           seed=seed, notes=notes):

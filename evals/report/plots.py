@@ -29,6 +29,7 @@ import pandas as pd
 
 from evals.report.escape import file_part
 from evals.report.output import output_folder, save_figure
+from evals.report.reference import full_cache
 from evals.report.references import method_cap
 from evals.report.tables import task_title, with_config
 from snapstream_core.methods import METHODS
@@ -125,8 +126,9 @@ def frontier(frame: pd.DataFrame, path: Path, plt) -> Path | None:
     from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
 
     fig, ax = plt.subplots(figsize=(8.5, 4.5))
-    _full_band(ax, frame[frame["method"] == "none"], x_col)
-    compressed = frame[(frame["method"] != "none") & frame[x_col].notna()]
+    ref = full_cache(frame)  # the full cache in FP8 is a point of its own (its bytes), never the band
+    _full_band(ax, frame[ref], x_col)
+    compressed = frame[~ref & frame[x_col].notna()]
     for i, (label, line) in enumerate(compressed.groupby("label", sort=True)):
         line = line.sort_values(x_col)
         name = legend_label(label, str(line["method"].iloc[0]))
@@ -161,7 +163,7 @@ def budget_series(frame: pd.DataFrame) -> dict[str, pd.DataFrame]:
     its non-budget knobs and its other settings that vary), whatever the method's budget knob (``prompt_budget``,
     or ``budget`` for the decode-time methods; both on the ``prompt_budget`` column:
     :func:`evals.report.load.budget_axis`). The full cache and runs without a budget are no curve."""
-    compressed = frame[(frame["method"] != "none") & frame["prompt_budget"].notna()]
+    compressed = frame[~full_cache(frame) & frame["prompt_budget"].notna()]
     return {label: line.sort_values("prompt_budget") for label, line in compressed.groupby("label", sort=True)}
 
 
@@ -232,7 +234,7 @@ def by_budget(frame: pd.DataFrame, path: Path, plt) -> Path | None:
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
     fig, ax = plt.subplots(figsize=(8.5, 4.5))
-    _full_band(ax, frame[frame["method"] == "none"], None)
+    _full_band(ax, frame[full_cache(frame)], None)
     for i, ((label, line), shift) in enumerate(zip(series.items(), offsets(len(series)))):
         method = str(line["method"].iloc[0])
         extra = (line["mean_kv_tokens_peak"] - line["prompt_budget"]).dropna()

@@ -7,7 +7,9 @@ read as the same field) and its ``cap``, what that budget bounds (:data:`snapstr
 ``prompt``, the prompt's entries with every generated token appended; ``cache``, the whole cache while decoding); our
 run's cap is its method's ``CompressionMethod.budget_cap``. Only the same budget and the same cap compare: otherwise the
 row is **not comparable**, with the reason (a figure at 512 whole-cache entries says nothing about 512 prompt entries,
-which on a short prompt keep every token). Models are matched by their config name, so the smoke models never match.
+which on a short prompt keep every token). The published figures store K/V in the model's dtype: a run stored
+quantized (``kv_dtype=fp8_e4m3``) is listed as not comparable, with its storage. Models are matched by their config
+name, so the smoke models never match.
 Rates are compared in percent: the unit ``evals.analysis.summary`` writes (``%``), or a row without a unit.
 
 Protocol. An entry's ``protocol`` names settings that change *what* the figure measures (LongBench-v2 with or without
@@ -218,7 +220,9 @@ def reference_rows(summary: pd.DataFrame, references: pd.DataFrame | None = None
         return pd.DataFrame(columns=COLUMNS)
     if "prompt_budget" not in ours.columns:
         ours = ours.assign(prompt_budget=math.nan)
-    ours = ours.assign(**{k: ours[k].astype(str) for k in (*KEYS, "method")})
+    from evals.report.reference import AUTO, kv_dtype
+
+    ours = ours.assign(**{k: ours[k].astype(str) for k in (*KEYS, "method")}, _kv_dtype=kv_dtype(ours))
     refs = refs.assign(**{k: refs[k].astype(str) for k in (*KEYS, "method")})
     merged = ours.merge(refs.rename(columns={"value": "reference", "n_items": "ref_n_items", "samples": "ref_samples",
                                              "budget": "ref_budget", "cap": "ref_cap"}),
@@ -228,8 +232,10 @@ def reference_rows(summary: pd.DataFrame, references: pd.DataFrame | None = None
         budget, ref_budget = _float(r.get("prompt_budget")), _float(r.get("ref_budget"))
         cap = method_cap(r["method"])
         identity = identities.get(str(r.get("run", "")))
+        storage = (f"K/V stored as {r['_kv_dtype']} here, in the model's dtype in the published figure"
+                   if r["_kv_dtype"] != AUTO else "")
         why = "; ".join(w for w in (budget_mismatch(budget, cap, ref_budget, str(r["ref_cap"])),
-                                    protocol_mismatch(r["protocol"], identity)) if w)
+                                    protocol_mismatch(r["protocol"], identity), storage) if w)
         ref_n = int(r["ref_n_items"])
         ref_se = published_stderr(float(r["reference"]), ref_n)
         ref_lo, ref_hi = bounded_rate_interval(float(r["reference"]) / 100.0, ref_n)

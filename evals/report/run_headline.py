@@ -107,12 +107,22 @@ def budget_text(method: str, knobs: dict[str, Any]) -> str:
     return f" ({', '.join(shown)})" if shown else ""
 
 
+def storage_text(knobs: dict[str, Any]) -> str:
+    """`` · KV fp8_e4m3/one``: how the run stored K/V when not in the model's dtype (its identity's ``kv_dtype`` and
+    ``kv_scale``, absent in the model's dtype); ``""`` otherwise."""
+    dtype = knobs.get("kv_dtype")
+    if dtype in (None, "auto"):
+        return ""
+    scale = knobs.get("kv_scale")
+    return f" · KV {dtype}" + (f"/{scale}" if scale else "")
+
+
 def headline_text(res: dict[str, Any]) -> str:
     """The lines a run ends with (see :func:`run_results`)."""
     cfg = res["config"]
     knobs = {k: v for k, v in cfg["compression"].items() if k != "method" and v is not None}
     method = cfg["compression"].get("method", "?")
-    head = f"{cfg['task']} · {cfg['model']} · {method}" + budget_text(str(method), knobs)
+    head = f"{cfg['task']} · {cfg['model']} · {method}" + budget_text(str(method), knobs) + storage_text(knobs)
     (counts,) = res["n-samples"].values()
     lines = [f"result: {head}"]
     for m, r in res["metrics"].items():

@@ -42,6 +42,9 @@ GROUP = ["model", "task", "task_config"]
 # which engine generated a run and which code generated and graded its rows (evals.report.likeness), and what two
 # engines' full-cache runs share (evals.report.load.engine_key)
 CODE_COLUMNS = ("backend", "generation_id", "grading_id", "engine_key")
+# The storage knobs (CompressionMethod.kv_dtype, kv_scale): named in a label where they vary and are set (a run in the
+# model's dtype has them empty and is labelled without them: ``none`` beside ``none (kv_dtype=fp8_e4m3, ...)``)
+STORAGE_KNOBS = ("kv_dtype", "kv_scale")
 
 
 def task_title(task: str, config: object) -> str:
@@ -108,7 +111,8 @@ def _label_knobs(method: str, frame: pd.DataFrame) -> list[str]:
 
 def assign_labels(head: pd.DataFrame) -> pd.Series:
     """A label per run that tells apart every two runs of one (model, task) that would share a line or a cell:
-    the method, then its knobs that vary (never its budget, the x axis), then its other settings that vary
+    the method, then its knobs that vary (never its budget, the x axis; the storage knobs only where set), then its
+    other settings that vary
     (``run_settings``: sampling, model; ``gen.max_new_tokens=8``), then the engine (``none · vllm``) where runs of
     several backends are side by side (never pooled), then (if two runs still collide) the run's fingerprint or
     directory. Runs of one label differ in their budget only: one curve of the budget plot."""
@@ -123,7 +127,8 @@ def assign_labels(head: pd.DataFrame) -> pd.Series:
                         else pd.Series("", index=part.index))
             named = differing_settings(settings.tolist())
             for idx, row in part.iterrows():
-                extra = ", ".join([*(f"{k}={fmt(row[k])}" for k in varying), *filter(None, [named.get(settings[idx])])])
+                shown = [k for k in varying if k not in STORAGE_KNOBS or not pd.isna(row[k])]  # bf16: no kv_dtype=—
+                extra = ", ".join([*(f"{k}={fmt(row[k])}" for k in shown), *filter(None, [named.get(settings[idx])])])
                 labels[idx] = f"{method} ({extra})" if extra else str(method)
                 if engines:
                     labels[idx] += f" · {row['backend']}"

@@ -17,8 +17,14 @@ from evals.analysis.sequential import ABOUT, run_sequence
 from evals.analysis.these_items import population_limit
 from evals.report.search_measure import headline_of, kv_ratio, longest_prompt, measure
 from evals.search import output
-from evals.search.options import FIRST_BUDGET, SearchOptions, split_args
-from evals.search.runs import budget_knob, check_searchable, with_compression
+from evals.search.options import FIRST_BUDGET, STORAGE, SearchOptions, split_args
+from evals.search.runs import (
+    budget_knob,
+    check_searchable,
+    check_storage_search,
+    full_cache_overrides,
+    in_model_dtype,
+)
 
 log = logging.getLogger("evals.search")
 
@@ -40,18 +46,26 @@ def search_one(combo: list[str], opts: SearchOptions) -> str:
 
     cfg = _compose(combo)
     model, task, method = str(cfg.model.name), str(cfg.task.name), str(cfg.compression.method)
-    title = f"{task} · {model} · {method}"
-    say(f"search: {title}: running (or reusing) the full cache, the reference of every test")
-    reference = headline_of(run(check(_compose(with_compression(combo, "none")))), task)
+    fmt = check(cfg, offline=True).method.kv_format
+    storage = opts.reference == STORAGE  # each budget against the same run in the model's dtype
+    title = f"{task} · {model} · {method}" + (f" · {fmt.label}" if fmt.quantized else "")
+    say(f"search: {title}: running (or reusing) the full cache in the model's dtype, the reference of every test"
+        if not storage else f"search: {title}: running (or reusing) the full cache in the model's dtype (the "
+        "longest prompt); each budget is tested against the same run in the model's dtype")
+    reference = headline_of(run(check(_compose(full_cache_overrides(combo)))), task)
     longest = longest_prompt(reference.run_dir)
     knob = budget_knob(str(cfg.compression.method))
     from snapstream_core.methods import METHODS
 
     whole = METHODS[method].budget_cap == "cache"  # the budget bounds the prompt and what is generated
     budgets = opts.budget_list(longest + int(cfg.gen.max_new_tokens) if whole else longest)
-    ratios, cfgs = {}, {}
+    if method == "none":  # the full cache stored quantized: one test, no budget (shown as 0)
+        budgets = [0]
+    ratios, cfgs, refs = {}, {}, {}
     for b in budgets:
-        cfgs[b] = _compose([*combo, f"{knob}={b}"])
+        job = combo if method == "none" else [*combo, f"{knob}={b}"]
+        cfgs[b] = _compose(job)
+        refs[b] = _compose(in_model_dtype(job)) if storage else None
         c = check(cfgs[b], offline=True)
         ratios[b] = kv_ratio(c.method, longest, c.sampling.max_new_tokens)
     about = ABOUT[opts.estimand]
@@ -63,15 +77,19 @@ def search_one(combo: list[str], opts: SearchOptions) -> str:
         say(f"search: {title}: {limit}")
 
     def measured(b: int):
-        return measure(b, headline_of(run(check(cfgs[b])), task), reference, ratios[b], opts.max_loss, opts.alpha,
+        against = headline_of(run(check(refs[b])), task) if storage else reference  # same method and budget
+        return measure(b, headline_of(run(check(cfgs[b])), task), against, ratios[b], opts.max_loss, opts.alpha,
                        opts.estimand)
 
     steps = run_sequence(budgets, measured, opts.alpha, say)
     out_root = Path(str(cfg.out_root))
     table = output.rows(model, task, method, steps, opts.max_loss, opts.alpha, ratios, overrides=combo,
-                        estimand=opts.estimand)
-    line = output.answer_line(steps, opts.max_loss, opts.alpha, reference.unit, ratios, opts.estimand)
-    output.record(out_root, title, table, steps, opts.max_loss, opts.alpha, say, method)  # never raises: one line each
+                        estimand=opts.estimand, reference=opts.reference)
+    line = (output.storage_line(steps, fmt.label, opts.max_loss, opts.alpha, reference.unit, opts.estimand)
+            if storage else output.answer_line(steps, opts.max_loss, opts.alpha, reference.unit, ratios,
+                                               opts.estimand))
+    output.record(out_root, title, table, steps, opts.max_loss, opts.alpha, say, method,  # never raises
+                  draw=not storage)
     say(line)
     return line
 
@@ -111,9 +129,15 @@ def _combos(rest: list[str], opts: SearchOptions) -> list[list[str]]:
                 try:
                     cfg = _compose(combo)
                     method = str(cfg.compression.method)
-                    check_searchable(method, cfg.task.get("module") or cfg.task.name, cfg.task.name)
+                    check_searchable(method, cfg.task.get("module") or cfg.task.name, cfg.task.name,
+                                     storage=opts.reference == STORAGE)
+                    check_storage_search(check(cfg, offline=True).method, opts.reference)
+                    if method == "none" and opts.budgets:
+                        raise ValueError("search.budgets: the full cache has no budget (search.reference=storage "
+                                         "tests it once against the full cache in the model's dtype)")
                     knob = budget_knob(method)
-                    knobs.add(knob)
+                    if method != "none":
+                        knobs.add(knob)
                     context = cfg.model.get("max_context") or (cfg.model.get("shape") or {}).get("max_positions")
                     if context is not None:
                         opts.check_context(int(context), str(cfg.model.name))

@@ -8,7 +8,9 @@ from evals.analysis.estimands import THESE_ITEMS, check_estimand
 from evals.record.numbers import number, read_value
 
 ALPHA = 0.05
-KEYS = ("budgets", "max_loss", "alpha", "estimand")
+KEYS = ("budgets", "max_loss", "alpha", "estimand", "reference")
+FULL_CACHE, STORAGE = "full_cache", "storage"  # search.reference: what each budget is compared with
+REFERENCES = (FULL_CACHE, STORAGE)
 FIRST_BUDGET = 64  # the default list: powers of two from here up to the longest prompt
 
 
@@ -17,12 +19,15 @@ class SearchOptions:
     """``max_loss``: the margin in headline points (> 0, finite); ``alpha``: the family-wise error of the search;
     ``budgets``: ascending prompt budgets, or None (powers of two from 64 up to the longest prompt); ``estimand``:
     ``these_items`` (the loss on the benchmark's own items, only samples random) or ``population`` (items drawn from
-    a population; :mod:`evals.analysis.estimands`)."""
+    a population; :mod:`evals.analysis.estimands`); ``reference``: ``full_cache`` (each budget against the full cache
+    in the model's dtype) or ``storage`` (each budget of a run stored quantized, ``compression.kv_dtype=fp8_e4m3``,
+    against the same run in the model's dtype: same method, budget and everything else)."""
 
     max_loss: float
     alpha: float = ALPHA
     budgets: tuple[int, ...] | None = None
     estimand: str = THESE_ITEMS
+    reference: str = FULL_CACHE
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "max_loss", number(self.max_loss, "search.max_loss", float, low=0, above=True))
@@ -30,6 +35,10 @@ class SearchOptions:
         if not self.alpha < 0.5:
             raise ValueError(f"search.alpha: must be a number in (0, 0.5), got {self.alpha!r}")
         object.__setattr__(self, "estimand", check_estimand(str(self.estimand), "search.estimand"))
+        if self.reference not in REFERENCES:
+            raise ValueError(f"search.reference: {' or '.join(REFERENCES)} (full_cache: against the full cache in the "
+                             f"model's dtype; storage: a quantized storage against the same run in the model's dtype), "
+                             f"got {self.reference!r}")
         if self.budgets is not None:
             b = self.budgets
             if not b:
@@ -73,7 +82,7 @@ def split_args(argv: list[str]) -> tuple[SearchOptions, list[str]]:
             name = bare[len("search."):]
             if name not in KEYS or not eq:
                 raise ValueError(f"{bare}: no such search knob (search.max_loss, search.alpha, search.budgets, "
-                                 "search.estimand)")
+                                 "search.estimand, search.reference)")
             found[name] = read_value(bare, value)
             continue
         if bare.startswith(("hydra/", "hydra.")):
@@ -90,4 +99,5 @@ def split_args(argv: list[str]) -> tuple[SearchOptions, list[str]]:
         budgets = [budgets]
     return SearchOptions(max_loss=found["max_loss"], alpha=found.get("alpha", ALPHA),
                          budgets=None if budgets is None else tuple(budgets),
-                         estimand=found.get("estimand", THESE_ITEMS)), rest
+                         estimand=found.get("estimand", THESE_ITEMS),
+                         reference=str(found.get("reference", FULL_CACHE))), rest

@@ -22,30 +22,34 @@ log = logging.getLogger(__name__)
 
 COLUMNS = ["search_id", "model", "task", "method", "budget", "kv_ratio", "n_items", "value", "reference", "delta",
            "ci_low", "ci_high", "verdict", "p_noninferiority", "test", "max_loss", "alpha", "budgets", "overrides",
-           "run_dir", "estimand", "p_lose"]
+           "run_dir", "estimand", "p_lose", "against"]
 CSV = "search.csv"
 LOCK = ".search.csv.lock"
 
 
 def search_id(overrides: list[str], max_loss: float, alpha: float, budgets: list[int],
-              estimand: str = "these_items") -> str:
+              estimand: str = "these_items", reference: str = "full_cache") -> str:
     """12 hex digits naming one search: every override of its job (sorted: their order does not change the job),
-    the margin, alpha, the budgets tested and the estimand. The same search run again has the same id and replaces
-    its rows."""
+    the margin, alpha, the budgets tested, the estimand and (when not the full cache) what each budget is compared
+    with. The same search run again has the same id and replaces its rows."""
     ident = {"overrides": sorted(overrides), "max_loss": float(max_loss), "alpha": float(alpha),
              "budgets": [int(b) for b in budgets], "estimand": estimand}
+    if reference != "full_cache":  # the ids of earlier searches unchanged
+        ident["reference"] = reference
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def rows(model: str, task: str, method: str, steps: list[Step], max_loss: float, alpha: float,
-         ratios: dict[int, float], overrides: list[str] | None = None, estimand: str = "these_items") -> pd.DataFrame:
+         ratios: dict[int, float], overrides: list[str] | None = None, estimand: str = "these_items",
+         reference: str = "full_cache") -> pd.DataFrame:
     """``search.csv``'s rows of one search: its ``search_id`` and identity (``overrides``, ``max_loss``, ``alpha``,
     ``budgets``, ``estimand``), value, reference, delta and its interval as ``deltas.csv`` gives them (paired
     bootstrap 95%), the verdict of the search (``safe``, ``shown_to_lose``, ``not_shown``, ``not_tested``), the
-    p-value of its one-sided test of ``loss >= max_loss`` and (``p_lose``) that of ``loss <= max_loss``."""
+    p-value of its one-sided test of ``loss >= max_loss`` and (``p_lose``) that of ``loss <= max_loss``; ``against``:
+    ``full_cache`` (the full cache in the model's dtype) or ``storage`` (the same run in the model's dtype)."""
     overrides = list(overrides or [])
     budgets = [s.budget for s in steps]
-    sid = search_id(overrides, max_loss, alpha, budgets, estimand)
+    sid = search_id(overrides, max_loss, alpha, budgets, estimand, reference)
     out = []
     for s in steps:
         m = s.measured
@@ -57,7 +61,7 @@ def rows(model: str, task: str, method: str, steps: list[Step], max_loss: float,
                     "p_noninferiority": m.test.p_value if m else math.nan, "test": m.test.test if m else "",
                     "max_loss": max_loss, "alpha": alpha, "budgets": " ".join(map(str, budgets)),
                     "overrides": " ".join(sorted(overrides)), "run_dir": str(m.run.run_dir) if m else "",
-                    "estimand": estimand, "p_lose": m.test.p_lose if m else math.nan})
+                    "estimand": estimand, "p_lose": m.test.p_lose if m else math.nan, "against": reference})
     return pd.DataFrame(out, columns=COLUMNS)
 
 
@@ -112,15 +116,18 @@ def _earlier(path: Path) -> pd.DataFrame | None:
 
 
 def record(out_root: Path, title: str, table: pd.DataFrame, steps: list[Step], max_loss: float, alpha: float,
-           say: Callable[[str], None], method: str | None = None) -> None:
-    """Write ``search.csv`` (:func:`write_csv`) and the plot (:func:`plot`, its axis named by ``method``'s budget
-    knob), saying what was written; a file that cannot be written is one line saying why, never an exception: the
-    search's answer line follows either way."""
+           say: Callable[[str], None], method: str | None = None, draw: bool = True) -> None:
+    """Write ``search.csv`` (:func:`write_csv`) and (``draw``) the plot (:func:`plot`, its axis named by ``method``'s
+    budget knob; none for ``search.reference=storage``, whose reference changes with the budget), saying what was
+    written; a file that cannot be written is one line saying why, never an exception: the search's answer line
+    follows either way."""
     from evals.record.rundir import os_error_line
 
     wrote = []
-    for name, write in (("search.csv", lambda: write_csv(out_root, table)),
-                        ("the plot", lambda: plot(out_root, title, steps, max_loss, alpha, method))):
+    writers = [("search.csv", lambda: write_csv(out_root, table))]
+    if draw:
+        writers.append(("the plot", lambda: plot(out_root, title, steps, max_loss, alpha, method)))
+    for name, write in writers:
         try:
             path = write()
         except ValueError as exc:
@@ -154,6 +161,33 @@ def answer_line(steps: list[Step], max_loss: float, alpha: float, unit: str, rat
                 f"≤ {alpha:g})")
     return (f"{head}, one-sided p {m.test.p_value:.3g} > {alpha:g} for a loss below {max_loss:g} {about} "
             "(more items or samples, or a larger margin or budget)")
+
+
+def storage_line(steps: list[Step], label: str, max_loss: float, alpha: float, unit: str,
+                 estimand: str = "these_items") -> str:
+    """The answer of a ``search.reference=storage`` search: the storage ``label`` (``fp8_e4m3/one``) shown
+    non-inferior to the same run in the model's dtype (down to the smallest budget of the sequence; the full cache:
+    its one test), or that it cannot be shown, with the delta, its interval and the one-sided p-value."""
+    points = "points" if unit == "%" else (unit or "units")
+    about = ABOUT.get(estimand, estimand)
+    best = answer(steps)
+    single = [s.budget for s in steps] == [0]  # the full cache: no budget
+    if best is not None:
+        m = best.measured
+        where = "" if single else f" at every budget down to {best.budget}"
+        return (f"{label} is non-inferior to the model's dtype{where}: loss ≤ {max_loss:g} {points} at "
+                f"{1 - alpha:.0%} ({about}; Δ {m.delta:+.3g}, one-sided p {m.test.p_value:.3g} ≤ {alpha:g})")
+    first = next(s for s in reversed(steps) if s.verdict != NOT_TESTED)
+    m = first.measured
+    interval = "n.m." if math.isnan(m.ci_low) or math.isnan(m.ci_high) else f"{m.ci_low:+.3g}, {m.ci_high:+.3g}"
+    at = "" if single else f" at budget {first.budget}"
+    head = (f"{label} is not shown non-inferior to the model's dtype{at}: Δ {m.delta:+.3g} [{interval}] {points} "
+            f"on {m.n_items} items")
+    if first.verdict == LOSE:
+        return (f"{head}, shown to lose more than {max_loss:g} {points} {about} (one-sided p {m.test.p_lose:.3g} "
+                f"≤ {alpha:g})")
+    return (f"{head}, one-sided p {m.test.p_value:.3g} > {alpha:g} for a loss below {max_loss:g} {about} "
+            "(cannot say: more items or samples, or a larger margin)")
 
 
 def plot(out_root: Path, title: str, steps: list[Step], max_loss: float, alpha: float,
