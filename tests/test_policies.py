@@ -95,8 +95,6 @@ def test_prefilled_layers_hold_what_the_policy_says(tiny_model, method):
         assert row["kv_tokens_total_after_prefill"] == sum(held)
         assert row["kv_held_bytes_after_prefill"] == sum(held) * slot_bytes
         assert row["kv_bytes_after_prefill"] == sum(fmt.layer_bytes(n, H_kv, D, 4) for n in stored)
-        if not fmt.quantized:
-            assert row["kv_bytes_after_prefill"] == sum(stored) * H_kv * slot_bytes
         if isinstance(policy, RaggedPolicy) and method.needs_selection(T):  # padding is allocated, not held
             counts = torch.stack([layer.counts[0] for layer in cache.layers])  # (L, H_kv)
             padded = bool((counts < policy.prefill_slots).any())
@@ -120,12 +118,7 @@ def test_one_and_four_rows_give_the_same_tokens_and_rows_hold_the_policys_entrie
     assert int(visible.max()) <= eng1.cache.slots == method.slots(T, NEW)
     # the memory model's row is the row the engine allocates (ragged padding included)
     arch = Arch.of(tiny_model.config, 4)
-    S = method.slots(T, NEW)
-    if method.kv_format.quantized:  # the format's bytes (codes, scales, residual)
-        D = arch.head_dim
-        assert eng4.cache.nbytes_per_row() == method.kv_format.row_bytes(S, arch.n_layers, arch.n_kv_heads, D, 4)
-    else:
-        assert eng4.cache.nbytes_per_row() == row_terms(arch, S, NEW)["kv"]
+    assert eng4.cache.nbytes_per_row() == row_terms(arch, method.slots(T, NEW), NEW, fmt=method.kv_format)["kv"]
     if method.storage_kind != "compacting":
         assert finished[1, 1].kv["kv_tokens_peak"] == method.peak_tokens(T, n - 1)
     if isinstance(method, HeadCounts):  # the eager path (generate) decodes the ragged cache alike
