@@ -69,6 +69,7 @@ class KiviLayer(AppendLayer):
         """Quantize the prompt (B, H, T, D): keys ``[0, T - T % R)``, values ``[0, max(T - R, 0))``; the rest goes
         to the rings."""
         refuse_padding(valid)
+        keys, values = keys.detach(), values.detach()
         m = self.method
         G, R, bits = m.group_size, m.residual, m.bits
         B, H, T, D = keys.shape
@@ -103,6 +104,7 @@ class KiviLayer(AppendLayer):
         if q != 1:
             raise ValueError(f"compression.method: kivi decodes one token per step after the prefill (its "
                              f"full-precision window moves one token at a time), got an update of {q} tokens")
+        k, v = k.detach(), v.detach()  # storage, not a graph (also outside no_grad)
         meth = self.method
         G, R, bits = meth.group_size, meth.residual, meth.bits
         B, H, m, P = self.keys.shape

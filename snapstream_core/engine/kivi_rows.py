@@ -113,6 +113,9 @@ class KiviRowCache(RowCache):
         kc, ks, km, vc, vs, vm, kr, vr = self._layer(layer_idx)
         G, Rs, bits = self.fmt.group_size, self.fmt.residual, self.fmt.bits
         w = self.write_slot
+        # storage, not a graph: what is stored (and read back dequantized) never carries autograd history, also
+        # when a caller steps outside no_grad (the step API driven by hand)
+        key_states, value_states = key_states.detach(), value_states.detach()
         R, H, S, _ = kc.shape
         D = key_states.shape[-1]
         kr.scatter_(2, (w % Rs)[:, None, None, None].expand(R, H, 1, D), key_states.to(kr.dtype))
