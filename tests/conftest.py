@@ -82,3 +82,11 @@ def tiny_llama_dir(tmp_path_factory):
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return path
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _fresh_dynamo():
+    """Each test file starts with Dynamo's caches empty: its recompile limit counts per code object, so the
+    compiled steps of earlier files in the same worker would otherwise make a later file's compile fall back."""
+    torch._dynamo.reset()
+    yield
