@@ -43,7 +43,7 @@ def compression_from_config(cfg: Mapping[str, Any]) -> CompressionMethod:
     cls = METHODS[name]
     allowed = cls.field_names()
     ignored = sorted(k for k in cfg if k not in allowed)
-    if ignored and cls.budget_cap != "none":
+    if ignored and name != "none":
         raise ValueError(not_read(cls, ignored[0]))
     if ignored:
         said = (name, tuple(ignored))
@@ -64,6 +64,9 @@ def not_read(cls: type[CompressionMethod], key: str) -> str:
     shared = [f.name for f in fields(CompressionMethod)]  # positions, kv_dtype, kv_scale: last
     own = [n for n in cls.field_names() if n not in shared] + shared
     budgets = {c.budget_knob for c in METHODS.values()}
+    if (key in budgets or key == "ratio") and cls.budget_knob not in cls.field_names():  # kivi: no budget at all
+        return (f"compression.{key}: {cls.method} does not read it; it has no budget (it keeps every token); "
+                f"its knobs: {', '.join(own)}")
     if key in budgets or key == "ratio":
         return (f"compression.{key}: {cls.method} does not read it; its budget is compression.{cls.budget_knob} "
                 f"({CAPS[cls.budget_cap]})")

@@ -23,7 +23,7 @@ from snapstream_core.methods import METHODS as REGISTRY
 from snapstream_core.methods.base import CompressionMethod
 
 # Small values of the token-count knobs, by knob name (a knob a class lacks is not given).
-SMALL = {"prompt_budget": 64, "budget": 24, "interval": 8}
+SMALL = {"prompt_budget": 64, "budget": 24, "interval": 8, "group_size": 8, "residual": 16}
 DECODE_WINDOW = 4  # the recent window a whole-cache method always keeps (its default, 8, is a third of the budget)
 RING = 8  # ring slots of a ring variant (and of a class whose ring has a number by default)
 

@@ -17,6 +17,7 @@ from bench.config import WARM_STEPS, BenchConfig, parse_tokens
 from bench.floor import floor_bytes, kv_bytes_per_token, weight_bytes
 from bench.measure import measure_group
 from bench.models import load
+from snapstream_core.methods import METHODS
 
 CFG = BenchConfig(
     model="tiny_llama",
@@ -115,6 +116,8 @@ def test_run_writes_tables_and_figures(tmp_path):
     argv = ["--model", "tiny_llama", "--contexts", "96,160", "--steps", "3", "--reps", "1",
             "--prompt-budget", "64", "--recent", "16", "--window", "8", "--kernel", "3", "--batches", "1,2",
             "--batch-context", "96", "--compile-backend", "eager", "--compiled", "none,snapstream",
+            # kivi's default groups of 32 channels do not divide tiny_llama's head dim (16): its cases would fail
+            "--methods", ",".join(m for m in METHODS if m != "kivi"),
             "--out", str(tmp_path)]  # fmt: skip
     assert run.main(argv) == 0
     summary = list(csv.DictReader((tmp_path / "summary.csv").open()))

@@ -19,7 +19,8 @@ from tests.method_matrix import prompts
 STEPS = 40
 LENGTHS = (40, 33)  # two rows that reach their compactions at different steps
 # knobs small enough that every method cuts or compacts these prompts within STEPS (a method takes those it has)
-KNOBS = dict(prompt_budget=24, budget=24, interval=8, recent=8, window=4, kernel=3, sinks=4)
+KNOBS = dict(prompt_budget=24, budget=24, interval=8, recent=8, window=4, kernel=3, sinks=4, group_size=8,
+             residual=16)
 
 
 @pytest.fixture(scope="module")

@@ -3,9 +3,10 @@ cache hold on average while decoding, and how many slots did its storage allocat
 :meth:`CompressionMethod.footprint` (entries per layer and KV head after ``k`` new tokens of a ``T``-token prompt,
 the storage policy's), so it holds for every run, the engine's or a replay's that recorded its prompt lengths.
 
-- ``compressed``: some token of the ``T + G`` was dropped, ``footprint(T, G) < T + G`` (always False for the full
-  cache). A run none of whose samples was compressed **keeps every token (= full cache)**: its outputs are the full
-  cache's by construction, whatever its budget says.
+- ``compressed``: some token of the ``T + G`` was dropped, ``footprint(T, G) < T + G``, or the K/V are stored
+  quantized (``method.kv_format.quantized``: FP8, KIVI), which acts on every token (always False for the full cache
+  in the model's dtype). A run none of whose samples was compressed **keeps every token (= full cache)**: its outputs
+  are the full cache's by construction, whatever its budget says.
 - ``kv_tokens_mean``: the mean of ``footprint(T, k)`` over the decoding steps ``k = 1..G``, beside the measured peak:
   a ring holds its full size for most of a long generation, a growing cache only at its end. Every method's
   footprint grows by one entry per step until it stops growing (a ring full) and then stays, so the sum is exact
@@ -54,20 +55,23 @@ def row_geometry(method: CompressionMethod, prompt_tokens: Any, gen_tokens: Any)
     T, G = _count(prompt_tokens), _count(gen_tokens)
     if T is None or G is None:
         return dict.fromkeys(COLUMNS)
-    return {"compressed": dropped(method, T, G), "kv_tokens_mean": round(mean_held(method, T, G), 3),
-            "kv_slots_peak": method.slots(T, G)}
+    return {"compressed": dropped(method, T, G) or method.kv_format.quantized,
+            "kv_tokens_mean": round(mean_held(method, T, G), 3), "kv_slots_peak": method.slots(T, G)}
 
 
 def keeps_every_token(knobs: Mapping[str, Any], lengths: list[tuple[Any, Any]]) -> bool | None:
     """Whether the method of ``knobs`` (``meta.json``'s ``identity.compression``) kept every token of every sample
-    of ``lengths`` (``(prompt_tokens, gen_tokens)`` per row): True for a compressing method that dropped nothing,
-    False when it dropped something, None for the full cache itself, an unknown method or unmeasured lengths."""
+    of ``lengths`` (``(prompt_tokens, gen_tokens)`` per row) in the model's dtype: True for a compressing method
+    that dropped nothing, False when it dropped something or stores K/V quantized (its outputs are not the full
+    cache's), None for the full cache itself, an unknown method or unmeasured lengths."""
     from snapstream_core.api import compression_from_config
 
     try:
         method = compression_from_config(dict(knobs))
     except (ValueError, TypeError):
         return None
+    if method.kv_format.quantized:
+        return False
     if not method.compresses or not lengths:
         return None
     counted = [(_count(t), _count(g)) for t, g in lengths]

@@ -16,6 +16,7 @@ from snapstream_core.methods.decode_base import DecodeMethod
 from snapstream_core.methods.expected_attention import ExpectedAttention
 from snapstream_core.methods.h2o import H2O
 from snapstream_core.methods.keydiff import KeyDiff
+from snapstream_core.methods.kivi import Kivi
 from snapstream_core.methods.knorm import Knorm
 from snapstream_core.methods.none import NoCompression
 from snapstream_core.methods.pyramidkv import PyramidKV
@@ -44,6 +45,7 @@ METHODS: dict[str, type[CompressionMethod]] = {
     "h2o": H2O,
     "adakv": AdaKV,
     "pyramidkv": PyramidKV,
+    "kivi": Kivi,
 }
 
 
@@ -59,6 +61,6 @@ def knob_names() -> list[str]:
 
 __all__ = [
     "METHODS", "knob_names", "AdaKV", "CompressionMethod", "DecodeMethod", "ExpectedAttention", "H2O", "KeyDiff",
-    "Knorm", "NoCompression", "PyramidKV", "RKV", "RandomEvict", "SnapKV", "SnapKVDecode", "SnapStream",
+    "Kivi", "Knorm", "NoCompression", "PyramidKV", "RKV", "RandomEvict", "SnapKV", "SnapKVDecode", "SnapStream",
     "StreamingLLM", "TOVA", "TriAttention",
 ]
