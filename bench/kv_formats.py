@@ -183,14 +183,20 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--model", default="smollm2_135m", help="a conf/model/ name (default: the embedded SmolLM2)")
     ap.add_argument("--arms", default=",".join(ARMS))
     ap.add_argument("--items", type=int, default=3, help="bundled LongBench-v2 contexts")
-    ap.add_argument("--lengths", default="640,1536", help="prompt tokens, comma-separated")
-    ap.add_argument("--new-tokens", type=int, default=64)
-    ap.add_argument("--budget", type=int, default=128, help="rkv's budget B in the model's dtype")
+    ap.add_argument("--lengths", default="512,1536", help="prompt tokens, comma-separated")
+    ap.add_argument("--new-tokens", type=int, default=48)
+    ap.add_argument("--budget", type=int, default=96, help="rkv's budget B in the model's dtype")
     ap.add_argument("--interval", type=int, default=32, help="rkv's compaction interval")
     ap.add_argument("--group-size", type=int, default=32)
     ap.add_argument("--residual", type=int, default=128)
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--replot", action="store_true", help="rewrite the .md and .png of --out from its CSV only")
     args = ap.parse_args(argv)
+    if args.replot:
+        from bench.kv_formats_out import rewrite
+
+        rewrite(args.out)
+        return []
     names = [a for a in args.arms.split(",") if a]
     lengths = [int(x) for x in args.lengths.split(",") if x]
     if args.new_tokens < 2:
@@ -204,14 +210,18 @@ def main(argv: list[str] | None = None) -> list[dict]:
     prepare()  # thread counts and passive waiting (evals/cpus.py), before torch loads
     model, tok = load(args.model)
     cases = prompts(tok, args.items, lengths)
+    load_start = os.getloadavg()[0]
     start = time.perf_counter()
     rows = measure(model, tok, arms, cases, args.new_tokens)
     from bench.kv_formats_out import write
 
     summary = summarize(rows)
+    import torch
+
+    settings = {k: v for k, v in vars(args).items() if k not in ("out", "replot")}
     write(args.out, rows, summary, {"model": args.model, "dtype": str(next(model.parameters()).dtype),
-                                    "threads": __import__("torch").get_num_threads(),
-                                    "seconds": round(time.perf_counter() - start), **vars(args)})
+                                    "threads": torch.get_num_threads(), "seconds": round(time.perf_counter() - start),
+                                    "load_avg": [round(load_start, 2), round(os.getloadavg()[0], 2)], **settings})
     return rows + summary
 
 

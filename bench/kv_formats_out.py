@@ -68,6 +68,11 @@ def markdown(summary: list[dict], meta: dict) -> str:
         "reference's. **read ratio (unfused)**: bytes a step reads (weights, K/V codes and scales, and the "
         "dequantized copy the unfused path makes: `KVFormat.read_bytes` per layer) over the reference's (weights "
         "and K/V); **floor ratio**: weights and codes only, what a fused dequantize-in-attention kernel would read.",
+        "- Path: every arm decodes on the engine (`snapstream_core.engine.Engine`, one row, its `KVFormat`'s row "
+        "storage and, for rkv, its compaction), the path of `backend=hf`; the eager `CompressedCache` layers decode "
+        "the same tokens (tests/test_kv_fp8.py `test_generate_equals_the_engine`, tests/test_kivi_engine.py "
+        "`test_engine_tokens_equal_generate_on_smollm2`). rkv_fp8's budget is B times the model's bytes per "
+        "element (equal budget bytes); both rows also hold `interval` slots for the tokens before a compaction.",
         "",
     ])
 
@@ -85,7 +90,7 @@ def figure(path: Path, summary: list[dict]) -> bool:
     lengths = sorted({r["context"] for r in summary})
     arms = list(dict.fromkeys(r["arm"] for r in summary))
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8))
-    markers = "osD^v"
+    markers, shapes = "osD^v", ("circles", "squares", "diamonds", "triangles", "inverted triangles")
     for j, length in enumerate(lengths):
         for i, arm in enumerate(arms):
             r = next(r for r in summary if r["arm"] == arm and r["context"] == length)
@@ -95,7 +100,7 @@ def figure(path: Path, summary: list[dict]) -> bool:
     left.set_xlabel("kv_bytes_peak / reference's (log)")
     left.set_ylabel("top-1 agreement with the reference")
     left.set_title("memory against fidelity (" + ", ".join(
-        f"{markers[j % len(markers)]} {n} tokens" for j, n in enumerate(lengths)) + ")", fontsize=9)
+        f"{shapes[j % len(shapes)]}: {n} tokens" for j, n in enumerate(lengths)) + ")", fontsize=9)
     left.legend(fontsize=8)
     width = 0.8 / len(lengths)
     for j, length in enumerate(lengths):
@@ -115,12 +120,27 @@ def figure(path: Path, summary: list[dict]) -> bool:
     return True
 
 
+def read_summary(path: Path) -> list[dict]:
+    """The summary rows of a written ``kv_formats.csv``, numbers as numbers (for :func:`rewrite`)."""
+    with path.open() as f:
+        rows = [r for r in csv.DictReader(f) if r["row"] == "summary"]
+    text = ("row", "arm", "method", "kv_format", "budget", "prompt")
+    return [{k: v if k in text else float(v) for k, v in r.items()} | {"context": int(r["context"]),
+            "new_tokens": int(r["new_tokens"]), "budget": int(r["budget"]) if r["budget"] else ""} for r in rows]
+
+
+def rewrite(out: Path) -> None:
+    """``kv_formats.md`` and ``kv_formats.png`` again from the CSV and ``meta.json`` in ``out`` (no model run)."""
+    summary = read_summary(out / "kv_formats.csv")
+    (out / "kv_formats.md").write_text(markdown(summary, json.loads((out / "meta.json").read_text())))
+    figure(out / "kv_formats.png", summary)
+
+
 def write(out: Path, rows: list[dict], summary: list[dict], meta: dict) -> None:
     """``kv_formats.csv`` (every row, then the summary), ``kv_formats.md``, ``kv_formats.png``, ``meta.json``."""
     out.mkdir(parents=True, exist_ok=True)
     write_csv(out / "kv_formats.csv", rows + summary)
     (out / "kv_formats.md").write_text(markdown(summary, meta))
     figure(out / "kv_formats.png", summary)
-    (out / "meta.json").write_text(json.dumps({k: str(v) if isinstance(v, Path) else v for k, v in meta.items()},
-                                              indent=1) + "\n")
+    (out / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
     log.info("%s\n-> %s", table(summary), out)

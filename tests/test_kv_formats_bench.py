@@ -17,7 +17,8 @@ NEW = 6
 def result(tmp_path_factory):
     out = tmp_path_factory.mktemp("kv_formats")
     kv_formats.main(["--model", "tiny_llama", "--items", "1", "--lengths", "40", "--new-tokens", str(NEW),
-                     "--arms", "none,fp8_tensor,rkv,rkv_fp8", "--budget", "9", "--interval", "4", "--out", str(out)])
+                     "--arms", "none,fp8_tensor,kivi2,rkv,rkv_fp8", "--budget", "9", "--interval", "4",
+                     "--group-size", "16", "--residual", "16", "--out", str(out)])
     with (out / "kv_formats.csv").open() as f:
         rows = list(csv.DictReader(f))
     return out, rows
@@ -30,9 +31,9 @@ def by_arm(rows, kind="prompt"):
 def test_files_and_columns(result):
     out, rows = result
     assert list(rows[0]) == COLUMNS
-    assert (out / "kv_formats.md").read_text().count("| 40 |") == 4
+    assert (out / "kv_formats.md").read_text().count("| 40 |") == 5
     assert (out / "kv_formats.png").stat().st_size > 0
-    assert [r["row"] for r in rows] == ["prompt"] * 4 + ["summary"] * 4
+    assert [r["row"] for r in rows] == ["prompt"] * 5 + ["summary"] * 5
 
 
 def test_fp8_holds_a_quarter_of_the_bytes(result):
@@ -44,6 +45,13 @@ def test_fp8_holds_a_quarter_of_the_bytes(result):
     assert int(ref["kv_bytes_peak"]) == int(ref["row_alloc_bytes"]) == int(ref["planner_kv_bytes"])
     assert float(fp8["mean_kl"]) > 0  # the arm decoded through its own FP8 rows, not the reference's
     assert float(fp8["kv_floor_ratio"]) == pytest.approx(0.25, abs=0.005)
+
+
+def test_kivi_bytes_are_the_planners(result):
+    _, rows = result
+    kivi = by_arm(rows)["kivi2"]
+    assert int(kivi["kv_bytes_peak"]) == int(kivi["row_alloc_bytes"]) == int(kivi["planner_kv_bytes"])
+    assert 0 < float(kivi["bytes_ratio"]) < 1 and float(kivi["mean_kl"]) > 0
 
 
 def test_reference_agrees_with_itself(result):
