@@ -76,8 +76,11 @@ class KVFormat:
 
     def read_bytes(self, slots: int, n_kv_heads: int, head_dim: int, dtype_bytes: int) -> int:
         """Bytes per row of the dequantized K and V one layer's decode attention reads (the unfused path: a copy in
-        the model's dtype, plus the fp32 product of one of them before it is cast); 0 for ``auto``."""
+        the model's dtype, plus the fp32 product of one of them before it is cast; for KIVI also the float32 copy of
+        its two full-precision rings the read writes over the dequantized slots, measured 3% above the rest in bf16
+        by ``tests/test_kivi_engine.py``); 0 for ``auto``."""
         if self.kind == "auto":
             return 0
         elems = slots * n_kv_heads * head_dim
-        return 2 * elems * dtype_bytes + elems * 4
+        rings = (2 * self.residual + 1) * n_kv_heads * head_dim * 4 if self.kind == "kivi" else 0
+        return 2 * elems * dtype_bytes + elems * 4 + rings
