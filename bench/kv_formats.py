@@ -98,7 +98,7 @@ def step_bytes(method, arch, T: int, steps: int) -> tuple[int, int, int]:
     return codes, a.n_layers * fmt.read_bytes(held, a.n_kv_heads, a.head_dim, a.dtype_bytes), held
 
 
-def measure(model, tokenizer, arms: dict, cases: list[tuple[int, str, list[int]]], new_tokens: int) -> list[dict]:
+def measure(model, arms: dict, cases: list[tuple[int, str, list[int]]], new_tokens: int) -> list[dict]:
     """One row per (length, prompt, arm): see the module docstring. ``arms``: the reference first."""
     from bench.kv_forced import fidelity, forced_decode, greedy
     from snapstream_core.memory import Arch, row_terms
@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     cases = prompts(tok, args.items, lengths)
     load_start = os.getloadavg()[0]
     start = time.perf_counter()
-    rows = measure(model, tok, arms, cases, args.new_tokens)
+    rows = measure(model, arms, cases, args.new_tokens)
     from bench.kv_formats_out import write
 
     summary = summarize(rows)

@@ -70,6 +70,6 @@ def test_rkv_compacts_and_equal_budget_bytes(result):
     assert float(arms["rkv"]["bytes_ratio"]) < 1 and float(arms["rkv_fp8"]["bytes_ratio"]) < 1
 
 
-def test_unknown_arm_is_refused_before_weights_load(tmp_path):
+def test_unknown_arm_is_refused_in_one_line(tmp_path):
     with pytest.raises(ValueError, match="--arms: unknown arm 'fp4'"):
         kv_formats.main(["--model", "tiny_llama", "--arms", "none,fp4", "--out", str(tmp_path)])
