@@ -76,6 +76,16 @@ def test_every_result_key_of_the_resolved_config_changes_the_fingerprint():
         if key == "compression.ratio":  # the alternative to prompt_budget: set it instead of the budget
             OmegaConf.update(mutated, "compression.prompt_budget", None)
             OmegaConf.update(mutated, key, 0.5)
+        elif key == "compression.kv_dtype":
+            OmegaConf.update(mutated, key, "fp8_e4m3")
+        elif key == "compression.kv_scale":  # read with fp8 only: fp8 per head against fp8 per tensor
+            fp8 = OmegaConf.create(base)
+            OmegaConf.update(fp8, "compression.kv_dtype", "fp8_e4m3")
+            OmegaConf.update(mutated, "compression.kv_dtype", "fp8_e4m3")
+            OmegaConf.update(mutated, key, "head")
+            if identity(OmegaConf.to_container(mutated)) == identity(OmegaConf.to_container(fp8)):
+                same.append(key)
+            continue
         elif key == "compression.method":  # snapkv has no ring: recent, which it does not read, is unset
             OmegaConf.update(mutated, "compression.recent", None)
             OmegaConf.update(mutated, key, changed(key, value))
