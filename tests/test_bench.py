@@ -112,6 +112,7 @@ def test_bad_knobs_name_the_field():
         CFG.with_(methods=("snapstream",), compiled=("none",))
 
 
+@pytest.mark.slow  # 19 s on 2 cores (make test stays under 10 minutes)
 def test_run_writes_tables_and_figures(tmp_path):
     argv = ["--model", "tiny_llama", "--contexts", "96,160", "--steps", "3", "--reps", "1",
             "--prompt-budget", "64", "--recent", "16", "--window", "8", "--kernel", "3", "--batches", "1,2",

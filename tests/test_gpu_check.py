@@ -116,6 +116,7 @@ def test_a_stage_whose_input_is_missing_is_skipped_naming_it():
     assert p[0].limit_s is None and "equal_memory_full was stopped" in p[0].reason
 
 
+@pytest.mark.slow  # 16 s on 2 cores (make test stays under 10 minutes)
 def test_a_deadline_too_short_for_every_stage_returns_every_stage(tmp_path):
     """The acceptance of issue 52's item 4: stages of 4 s within a 14 s deadline. Every stage is in the output: the
     ones run with the record they had written when stopped (their phase, when each began), the others skipped with

@@ -61,6 +61,7 @@ def test_the_longbench_command_plans_snapkv_for_eviction(tmp_path):
 
 
 @NEEDS_KIVI
+@pytest.mark.slow  # 10 s; the README's `python -m evals.plan -m +experiment=kv_quant` is planned by test_docs_commands
 def test_the_whole_grid_plans(tmp_path):
     assert plan_main(["-m", "+experiment=kv_quant", f"out_root={tmp_path}"]) == 0
     plan = pd.read_csv(tmp_path / "plan.csv")
