@@ -49,6 +49,7 @@ def test_a_bad_value_is_one_line_naming_the_knob_and_torch_is_not_imported(arg, 
     assert not list(tmp_path.iterdir())  # nothing written
 
 
+@pytest.mark.slow  # 22 s on 2 cores (make test under 10 minutes); tests/test_cpus.py checks each entry point's imports
 def test_the_paper_grid_check_is_offline_and_imports_no_torch():
     script = ("import sys; from evals.cli import validate; "
               "print('BAD', validate(['-m', '+experiment=paper'])); print('TORCH', 'torch' in sys.modules)")

@@ -53,7 +53,8 @@ def test_unlimited_budget_is_token_identical_on_tiny_llama(tiny_model, impl):
         assert torch.equal(out, ref), method
 
 
-@pytest.mark.parametrize("impl", ["sdpa", "eager"])
+# eager attention on SmolLM2 with the slow tests (11 s; tiny_llama checks it every time): make test under 10 minutes
+@pytest.mark.parametrize("impl", ["sdpa", pytest.param("eager", marks=pytest.mark.slow)])
 def test_unlimited_budget_is_token_identical_on_smollm2(smollm2, impl):
     model, tok = smollm2
     text = "Write a short story about a lighthouse keeper who finds a message in a bottle. " * 6
