@@ -74,6 +74,7 @@ def test_a_sweep_is_validated_whole_before_any_job_runs(tmp_path, capsys):
     assert not tmp_path.exists() or not list(tmp_path.rglob("samples.jsonl"))  # 128 did not run either
 
 
+@pytest.mark.slow  # 9-13 s on 2 cores: make test under 10 minutes
 def test_hydra_range_sweep_runs_every_job(tmp_path):
     res = cli(["-m", *NEEDLE, "task.n_items=1", "compression=snapstream", "compression.prompt_budget=range(64,129,32)",
                "compression.window=16", f"out_root={tmp_path}"])

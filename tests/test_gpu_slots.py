@@ -199,6 +199,7 @@ def test_a_lock_folder_others_can_write_is_refused(tmp_path):
         pin((0,), Devices(None, "test"), environ={}, folder=folder, cuda_initialized=lambda: False)
 
 
+@pytest.mark.slow  # 9-13 s on 2 cores: make test under 10 minutes
 def test_a_job_pins_its_gpu_before_torch_loads_and_records_it_in_meta_and_rows(tmp_path):
     """``gpus=[1]``: the job claims slot 1, sets ``CUDA_VISIBLE_DEVICES=1`` before torch loads (on this CPU machine
     nothing reads it: the rows say ``cpu``), and what the job's own environment held is in ``meta.json``."""

@@ -85,6 +85,7 @@ def test_bad_model_args_are_refused_before_any_weights_load(kw, message):
         SnapStreamLM(pretrained="/nonexistent/model", **kw)
 
 
+@pytest.mark.slow  # 9-13 s on 2 cores: make test under 10 minutes
 def test_the_lm_eval_command_line_runs_snapstream(tiny_llama_dir, small_budget, tmp_path, monkeypatch):
     """``python -m evals.lm_eval_cli run ...``: its ``main`` with that ``sys.argv``, in-process (lm-eval is already
     imported here; the module's ``__main__`` line only calls ``main``)."""

@@ -119,6 +119,7 @@ def _rows(run_dir: str) -> int:
     return sum(1 for line in open(Path(run_dir) / "samples.jsonl") if line.strip())
 
 
+@pytest.mark.slow  # 9-13 s on 2 cores: make test under 10 minutes
 def test_search_end_to_end_reuses_resumes_and_agrees_with_the_report(tmp_path, capsys, monkeypatch):
     args = [*ARGS, f"out_root={tmp_path}", "search.max_loss=40", "search.budgets=[64,128,512]"]
     assert main(args) == 0
