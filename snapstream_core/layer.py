@@ -42,6 +42,7 @@ import torch
 from transformers.cache_utils import CacheLayerMixin
 
 from snapstream_core.moments import QueryMoments
+from snapstream_core.policies.kv_format import SCALE_BYTES
 from snapstream_core.selection import keep_indices
 from snapstream_core.slot_index import SlotIndex
 from snapstream_core.stats import KVStats
@@ -259,7 +260,7 @@ class CompressedLayer(SlotIndex, CacheLayerMixin):
         """Bytes of the K/V storage (codes, and the FP8 scales)."""
         if self.keys is None:
             return 0
-        scales = 0 if self.k_scale is None else (self.k_scale.numel() + self.v_scale.numel()) * 4
+        scales = 0 if self.k_scale is None else (self.k_scale.numel() + self.v_scale.numel()) * SCALE_BYTES
         return self.keys.numel() * self.keys.element_size() + self.values.numel() * self.values.element_size() + scales
 
     def _slot_bytes(self) -> int:

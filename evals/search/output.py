@@ -153,7 +153,7 @@ def answer_line(steps: list[Step], max_loss: float, alpha: float, unit: str, rat
                 f"{ratios[best.budget]:.1f}× smaller than the full cache at the longest prompt ({about})")
     first = next(s for s in reversed(steps) if s.verdict != NOT_TESTED)
     m = first.measured
-    interval = "n.m." if math.isnan(m.ci_low) or math.isnan(m.ci_high) else f"{m.ci_low:+.3g}, {m.ci_high:+.3g}"
+    interval = ci_text(m)
     head = (f"no tested budget is shown safe: the largest, {first.budget}, has Δ {m.delta:+.3g} [{interval}] "
             f"{points} on {m.n_items} items")
     if first.verdict == LOSE:
@@ -161,6 +161,11 @@ def answer_line(steps: list[Step], max_loss: float, alpha: float, unit: str, rat
                 f"≤ {alpha:g})")
     return (f"{head}, one-sided p {m.test.p_value:.3g} > {alpha:g} for a loss below {max_loss:g} {about} "
             "(more items or samples, or a larger margin or budget)")
+
+
+def ci_text(m) -> str:
+    """A measurement's interval, ``lo, hi`` (``n.m.``: not measured)."""
+    return "n.m." if math.isnan(m.ci_low) or math.isnan(m.ci_high) else f"{m.ci_low:+.3g}, {m.ci_high:+.3g}"
 
 
 def storage_line(steps: list[Step], label: str, max_loss: float, alpha: float, unit: str,
@@ -179,7 +184,7 @@ def storage_line(steps: list[Step], label: str, max_loss: float, alpha: float, u
                 f"{1 - alpha:.0%} ({about}; Δ {m.delta:+.3g}, one-sided p {m.test.p_value:.3g} ≤ {alpha:g})")
     first = next(s for s in reversed(steps) if s.verdict != NOT_TESTED)
     m = first.measured
-    interval = "n.m." if math.isnan(m.ci_low) or math.isnan(m.ci_high) else f"{m.ci_low:+.3g}, {m.ci_high:+.3g}"
+    interval = ci_text(m)
     at = "" if single else f" at budget {first.budget}"
     head = (f"{label} is not shown non-inferior to the model's dtype{at}: Δ {m.delta:+.3g} [{interval}] {points} "
             f"on {m.n_items} items")

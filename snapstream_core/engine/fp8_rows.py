@@ -10,9 +10,8 @@ import torch
 
 from snapstream_core.cache import CompressedCache
 from snapstream_core.engine.rows import RowCache
+from snapstream_core.policies.kv_format import SCALE_BYTES
 from snapstream_core.quant.fp8 import fp8_decode, fp8_encode
-
-SCALE_BYTES = 4
 
 
 class Fp8RowCache(RowCache):
